@@ -1,0 +1,220 @@
+// Package topology is the PCIe model of a GPU node and the level (PIX, PXB, PHB,
+// NODE, SYS, NV#) between every pair of its GPUs and RDMA devices, with the
+// meanings `nvidia-smi topo -m` prints.
+//
+// The package is pure: it does no I/O. Discovery lives beside it (sysfs, NVML,
+// NCCL topology XML) and hands it data; tests build the same data by hand.
+package topology
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Topology is one node's GPUs, RDMA devices and the PCIe tree that joins them.
+type Topology struct {
+	// Source says where the data came from ("sysfs", "nccl-xml", ...).
+	Source string `json:"source"`
+	// NVML is true when GPU identity and NVLinks came from NVML.
+	NVML bool `json:"nvml"`
+	// Notes are things a reader of the matrix should know (NVML not used, ...).
+	Notes []string `json:"notes,omitempty"`
+
+	NUMANodes     []NUMANode    `json:"numaNodes,omitempty"`
+	RootComplexes []RootComplex `json:"rootComplexes"`
+	Bridges       []Bridge      `json:"bridges,omitempty"`
+	GPUs          []GPU         `json:"gpus"`
+	NICs          []NIC         `json:"nics"`
+	NVLinks       []NVLink      `json:"nvlinks,omitempty"`
+}
+
+// NUMANode is one NUMA node of the host.
+type NUMANode struct {
+	ID int `json:"id"`
+	// CPUs in the kernel's cpulist format ("0-47,96-143").
+	CPUs string `json:"cpus"`
+}
+
+// RootComplex is a PCIe host bridge ("pci0000:00" in sysfs).
+type RootComplex struct {
+	ID string `json:"id"`
+	// NUMANode is the node the host bridge belongs to; -1 when the kernel does
+	// not know (single socket, many VMs), which counts as node 0.
+	NUMANode int `json:"numaNode"`
+	// Host tells hosts apart in fused multi-host data (NCCL XML host_hash).
+	Host string `json:"host,omitempty"`
+}
+
+// Bridge is a PCI-to-PCI bridge: a root port or a switch's upstream or downstream port.
+type Bridge struct {
+	Address string `json:"address"`
+	Vendor  uint16 `json:"vendor"`
+	Device  uint16 `json:"device"`
+	// Synthetic bridges stand for ports that the data source leaves out
+	// (NCCL XML names switches, not their ports).
+	Synthetic bool `json:"synthetic,omitempty"`
+}
+
+// PCIFunction is a PCI endpoint function and where it hangs in the tree.
+type PCIFunction struct {
+	Address string `json:"busID"`
+	Vendor  uint16 `json:"vendor"`
+	Device  uint16 `json:"device"`
+	Class   uint32 `json:"class"`
+	// NUMANode as the kernel reports it; -1 counts as node 0.
+	NUMANode    int    `json:"numaNode"`
+	RootComplex string `json:"rootComplex"`
+	// Bridges are the addresses of the bridges between the root complex and the
+	// function, root port first.
+	Bridges []string `json:"bridges"`
+}
+
+// GPU is one GPU.
+type GPU struct {
+	Index int         `json:"index"`
+	UUID  string      `json:"uuid,omitempty"`
+	Name  string      `json:"name,omitempty"`
+	PCI   PCIFunction `json:"pci"`
+	// CPUAffinity is the cpulist of the CPUs local to the GPU.
+	CPUAffinity string `json:"cpuAffinity,omitempty"`
+	// MemoryNUMANode is the NUMA node of the GPU's own memory on coherent
+	// systems (GB200); -1 when the GPU memory is not a NUMA node.
+	MemoryNUMANode int `json:"memoryNumaNode"`
+}
+
+// NIC is one RDMA device (an entry of /sys/class/infiniband).
+type NIC struct {
+	Name    string      `json:"name"`
+	PCI     PCIFunction `json:"pci"`
+	Ports   []Port      `json:"ports,omitempty"`
+	Netdevs []string    `json:"netdevs,omitempty"`
+	// PhysFn is the PF's address when this RDMA device is an SR-IOV VF.
+	PhysFn string `json:"physfn,omitempty"`
+	// TotalVFs is what the PF supports (sriov_totalvfs); VFs the addresses of the enabled ones.
+	TotalVFs int      `json:"totalVFs,omitempty"`
+	VFs      []string `json:"vfs,omitempty"`
+}
+
+// Port is one port of an RDMA device.
+type Port struct {
+	Number int `json:"number"`
+	// LinkLayer is "InfiniBand" or "Ethernet".
+	LinkLayer string `json:"linkLayer,omitempty"`
+	// State as the kernel words it without the number ("ACTIVE", "DOWN").
+	State string `json:"state,omitempty"`
+	Rate  string `json:"rate,omitempty"`
+}
+
+// NVLink is a bonded set of NVLinks between two GPUs, by GPU index.
+type NVLink struct {
+	GPU   int `json:"gpu"`
+	Peer  int `json:"peer"`
+	Count int `json:"count"`
+}
+
+// Up reports whether some port of the NIC is ACTIVE.
+func (n NIC) Up() bool {
+	for _, p := range n.Ports {
+		if p.State == "ACTIVE" {
+			return true
+		}
+	}
+	return false
+}
+
+// Validate checks the references inside t: every function's root complex and
+// bridges exist, addresses and GPU indices are unique, one root complex does not
+// span NUMA nodes. Errors name the device.
+func (t *Topology) Validate() error {
+	rcs := make(map[string]RootComplex, len(t.RootComplexes))
+	for _, rc := range t.RootComplexes {
+		if rc.ID == "" {
+			return fmt.Errorf("root complex with an empty ID")
+		}
+		if _, dup := rcs[rc.ID]; dup {
+			return fmt.Errorf("root complex %s listed twice", rc.ID)
+		}
+		rcs[rc.ID] = rc
+	}
+	bridges := make(map[string]bool, len(t.Bridges))
+	for _, b := range t.Bridges {
+		bridges[b.Address] = true
+	}
+	seen := map[string]string{}
+	check := func(what string, f PCIFunction) error {
+		if f.Address == "" {
+			return fmt.Errorf("%s has no PCI address", what)
+		}
+		if prev, dup := seen[f.Address]; dup {
+			return fmt.Errorf("%s: PCI address %s already belongs to %s", what, f.Address, prev)
+		}
+		seen[f.Address] = what
+		rc, ok := rcs[f.RootComplex]
+		if !ok {
+			return fmt.Errorf("%s (%s): unknown root complex %q", what, f.Address, f.RootComplex)
+		}
+		if rc.NUMANode >= 0 && f.NUMANode >= 0 && rc.NUMANode != f.NUMANode {
+			return fmt.Errorf("%s (%s) says NUMA node %d but its root complex %s is on NUMA node %d: a device cannot sit on two NUMA nodes",
+				what, f.Address, f.NUMANode, rc.ID, rc.NUMANode)
+		}
+		for _, b := range f.Bridges {
+			if !bridges[b] {
+				return fmt.Errorf("%s (%s): unknown bridge %q on its path", what, f.Address, b)
+			}
+		}
+		return nil
+	}
+	indices := map[int]bool{}
+	for _, g := range t.GPUs {
+		what := fmt.Sprintf("GPU %d", g.Index)
+		if indices[g.Index] {
+			return fmt.Errorf("GPU index %d listed twice", g.Index)
+		}
+		indices[g.Index] = true
+		if err := check(what, g.PCI); err != nil {
+			return err
+		}
+	}
+	names := map[string]bool{}
+	for _, n := range t.NICs {
+		if n.Name == "" {
+			return fmt.Errorf("RDMA device at %s has no name", n.PCI.Address)
+		}
+		if names[n.Name] {
+			return fmt.Errorf("RDMA device %s listed twice", n.Name)
+		}
+		names[n.Name] = true
+		if err := check("RDMA device "+n.Name, n.PCI); err != nil {
+			return err
+		}
+	}
+	for _, l := range t.NVLinks {
+		if !indices[l.GPU] || !indices[l.Peer] {
+			return fmt.Errorf("NVLink between GPU %d and GPU %d names a GPU that is not there", l.GPU, l.Peer)
+		}
+		if l.Count <= 0 {
+			return fmt.Errorf("NVLink between GPU %d and GPU %d has %d links", l.GPU, l.Peer, l.Count)
+		}
+	}
+	return nil
+}
+
+// Sort puts GPUs in index order and NICs in PCI address order (then name), the
+// order nvidia-smi numbers them in.
+func (t *Topology) Sort() {
+	sort.SliceStable(t.GPUs, func(i, j int) bool { return t.GPUs[i].Index < t.GPUs[j].Index })
+	sort.SliceStable(t.NICs, func(i, j int) bool {
+		a, b := t.NICs[i], t.NICs[j]
+		if a.PCI.Address != b.PCI.Address {
+			return a.PCI.Address < b.PCI.Address
+		}
+		return a.Name < b.Name
+	})
+}
+
+func effectiveNUMA(n int) int {
+	if n < 0 {
+		return 0
+	}
+	return n
+}
