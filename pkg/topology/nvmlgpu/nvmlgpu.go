@@ -1,0 +1,150 @@
+// Package nvmlgpu reads GPU identity and NVLinks through NVML (go-nvml), behind
+// nvml.Interface so tests run against go-nvml's mock servers.
+package nvmlgpu
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+)
+
+// ErrUnavailable means NVML cannot be used on this host (no driver, no GPU):
+// callers fall back to sysfs and say so.
+var ErrUnavailable = errors.New("NVML unavailable")
+
+// Reader reads GPUs through one NVML library handle.
+type Reader struct {
+	lib nvml.Interface
+}
+
+// Option configures a Reader.
+type Option func(*Reader)
+
+// WithNVML uses lib instead of the host's libnvidia-ml (tests pass a mock).
+func WithNVML(lib nvml.Interface) Option { return func(r *Reader) { r.lib = lib } }
+
+// New returns a Reader of the host's NVML unless WithNVML says otherwise.
+func New(opts ...Option) *Reader {
+	r := &Reader{}
+	for _, o := range opts {
+		o(r)
+	}
+	if r.lib == nil {
+		r.lib = nvml.New()
+	}
+	return r
+}
+
+// Read returns every GPU NVML sees with its index, UUID, bus ID, memory NUMA
+// node, and the NVLinks between GPU pairs. It wraps ErrUnavailable when NVML
+// cannot be initialised.
+func (r *Reader) Read() (*topology.NVMLData, error) {
+	if ret := r.lib.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("%w: nvmlInit: %s", ErrUnavailable, r.lib.ErrorString(ret))
+	}
+	defer r.lib.Shutdown()
+	count, ret := r.lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("nvmlDeviceGetCount: %s", r.lib.ErrorString(ret))
+	}
+	data := &topology.NVMLData{}
+	devices := make([]nvml.Device, count)
+	byBus := map[string]int{}
+	for i := 0; i < count; i++ {
+		dev, ret := r.lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("GPU %d: nvmlDeviceGetHandleByIndex: %s", i, r.lib.ErrorString(ret))
+		}
+		devices[i] = dev
+		g := topology.NVMLGPU{Index: i, MemoryNUMANode: -1}
+		if g.UUID, ret = dev.GetUUID(); ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("GPU %d: nvmlDeviceGetUUID: %s", i, r.lib.ErrorString(ret))
+		}
+		if name, ret := dev.GetName(); ret == nvml.SUCCESS {
+			g.Name = name
+		}
+		pci, ret := dev.GetPciInfo()
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("GPU %d (%s): nvmlDeviceGetPciInfo: %s", i, g.UUID, r.lib.ErrorString(ret))
+		}
+		bus, err := busID(pci)
+		if err != nil {
+			return nil, fmt.Errorf("GPU %d (%s): %w", i, g.UUID, err)
+		}
+		g.BusID = bus
+		// GPU memory is its own NUMA node only on coherent systems (GB200);
+		// elsewhere the call fails or says -1.
+		if numa, ret := dev.GetNumaNodeId(); ret == nvml.SUCCESS && numa >= 0 {
+			g.MemoryNUMANode = numa
+		}
+		byBus[bus] = i
+		data.GPUs = append(data.GPUs, g)
+	}
+	data.NVLinks = nvlinks(devices, byBus)
+	return data, nil
+}
+
+// nvlinks counts active NVLinks per GPU pair: links straight to the peer, plus,
+// when both GPUs reach NVSwitches, the smaller of their switch link counts
+// (what nvidia-smi prints as NV# on NVSwitch systems).
+func nvlinks(devices []nvml.Device, byBus map[string]int) []topology.NVLink {
+	n := len(devices)
+	direct := make([][]int, n)
+	toSwitch := make([]int, n)
+	for i, dev := range devices {
+		direct[i] = make([]int, n)
+		for link := 0; link < nvml.NVLINK_MAX_LINKS; link++ {
+			state, ret := dev.GetNvLinkState(link)
+			if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_INVALID_ARGUMENT {
+				break // no NVLink, or past the last link of this GPU
+			}
+			if ret != nvml.SUCCESS || state != nvml.FEATURE_ENABLED {
+				continue
+			}
+			pci, ret := dev.GetNvLinkRemotePciInfo(link)
+			if ret != nvml.SUCCESS {
+				continue
+			}
+			remote, err := busID(pci)
+			if err != nil {
+				toSwitch[i]++ // NVSwitches without a PCI identity (MNNVL)
+				continue
+			}
+			if j, ok := byBus[remote]; ok && j != i {
+				direct[i][j]++
+			} else if !ok {
+				toSwitch[i]++
+			}
+		}
+	}
+	var out []topology.NVLink
+	for i := 0; i < n; i++ {
+		for j := i + 1; j < n; j++ {
+			c := max(direct[i][j], direct[j][i])
+			if toSwitch[i] > 0 && toSwitch[j] > 0 {
+				c += min(toSwitch[i], toSwitch[j])
+			}
+			if c > 0 {
+				out = append(out, topology.NVLink{GPU: i, Peer: j, Count: c})
+			}
+		}
+	}
+	return out
+}
+
+func busID(p nvml.PciInfo) (string, error) {
+	b := make([]byte, 0, len(p.BusId))
+	for _, c := range p.BusId {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
+	}
+	if len(b) == 0 {
+		return "", fmt.Errorf("NVML gave an empty PCI bus ID")
+	}
+	return topology.NormalizeBusID(string(b))
+}

@@ -1,0 +1,292 @@
+// Package sysfs reads a host's PCIe tree, RDMA devices and NUMA nodes from
+// sysfs into topology.HostData. The root is given per Reader, so the exporter
+// can read the host's /sys mounted elsewhere and tests can read a tree they built.
+package sysfs
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+)
+
+// Reader reads one sysfs tree.
+type Reader struct {
+	root string
+}
+
+// Option configures a Reader.
+type Option func(*Reader)
+
+// WithRoot reads dir as if it were /sys.
+func WithRoot(dir string) Option { return func(r *Reader) { r.root = dir } }
+
+// New returns a Reader of /sys unless WithRoot says otherwise.
+func New(opts ...Option) *Reader {
+	r := &Reader{root: "/sys"}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
+
+// Read reads the PCI functions, RDMA devices and NUMA nodes. Every error names
+// the file or device it is about.
+func (r *Reader) Read() (topology.HostData, error) {
+	var h topology.HostData
+	root, err := filepath.EvalSymlinks(r.root)
+	if err != nil {
+		return h, fmt.Errorf("sysfs root %s: %w", r.root, err)
+	}
+	if h.PCI, err = readPCI(root); err != nil {
+		return h, err
+	}
+	if h.RDMA, err = readRDMA(root); err != nil {
+		return h, err
+	}
+	if h.NUMANodes, err = readNUMA(root); err != nil {
+		return h, err
+	}
+	return h, nil
+}
+
+func readPCI(root string) ([]topology.PCIRecord, error) {
+	dir := filepath.Join(root, "bus", "pci", "devices")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("listing PCI devices: %w", err)
+	}
+	out := make([]topology.PCIRecord, 0, len(entries))
+	for _, e := range entries {
+		rec, err := readFunction(root, filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("PCI device %s: %w", e.Name(), err)
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
+func readFunction(root, link string) (topology.PCIRecord, error) {
+	var rec topology.PCIRecord
+	addr, err := topology.NormalizeBusID(filepath.Base(link))
+	if err != nil {
+		return rec, err
+	}
+	real, err := filepath.EvalSymlinks(link)
+	if err != nil {
+		return rec, fmt.Errorf("resolving %s: %w", link, err)
+	}
+	rel, err := filepath.Rel(root, real)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return rec, fmt.Errorf("%s resolves to %s, outside the sysfs root %s", link, real, root)
+	}
+	rec.Address, rec.Path = addr, filepath.ToSlash(rel)
+	vendor, err := readHex(real, "vendor", 16)
+	if err != nil {
+		return rec, err
+	}
+	device, err := readHex(real, "device", 16)
+	if err != nil {
+		return rec, err
+	}
+	class, err := readHex(real, "class", 24)
+	if err != nil {
+		return rec, err
+	}
+	rec.Vendor, rec.Device, rec.Class = uint16(vendor), uint16(device), uint32(class)
+	rec.NUMANode = -1
+	if s, ok, err := readOptional(real, "numa_node"); err != nil {
+		return rec, err
+	} else if ok {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < -1 {
+			return rec, fmt.Errorf("%s: %q is not a NUMA node number", filepath.Join(real, "numa_node"), s)
+		}
+		rec.NUMANode = n
+	}
+	if s, ok, err := readOptional(real, "local_cpulist"); err != nil {
+		return rec, err
+	} else if ok {
+		rec.LocalCPUs = s
+	}
+	if s, ok, err := readOptional(real, "sriov_totalvfs"); err != nil {
+		return rec, err
+	} else if ok {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return rec, fmt.Errorf("%s: %q is not a VF count", filepath.Join(real, "sriov_totalvfs"), s)
+		}
+		rec.TotalVFs = n
+	}
+	if rec.PhysFn, err = linkedAddress(filepath.Join(real, "physfn")); err != nil {
+		return rec, err
+	}
+	vfs, err := filepath.Glob(filepath.Join(real, "virtfn*"))
+	if err != nil {
+		return rec, err
+	}
+	sort.Slice(vfs, func(i, j int) bool { return vfIndex(vfs[i]) < vfIndex(vfs[j]) })
+	for _, vf := range vfs {
+		a, err := linkedAddress(vf)
+		if err != nil {
+			return rec, err
+		}
+		rec.VFs = append(rec.VFs, a)
+	}
+	return rec, nil
+}
+
+func vfIndex(path string) int {
+	n, _ := strconv.Atoi(strings.TrimPrefix(filepath.Base(path), "virtfn"))
+	return n
+}
+
+// linkedAddress reads a symlink to a PCI device (physfn, virtfnN, device) and
+// returns the address it names; "" when the link does not exist.
+func linkedAddress(link string) (string, error) {
+	target, err := os.Readlink(link)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading link %s: %w", link, err)
+	}
+	addr, err := topology.NormalizeBusID(filepath.Base(target))
+	if err != nil {
+		return "", fmt.Errorf("link %s -> %s: %w", link, target, err)
+	}
+	return addr, nil
+}
+
+func readHex(dir, name string, bits int) (uint64, error) {
+	path := filepath.Join(dir, name)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("reading %s: %w", path, err)
+	}
+	s := strings.TrimSpace(string(b))
+	v, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(s), "0x"), 16, bits)
+	if err != nil || !strings.HasPrefix(strings.ToLower(s), "0x") {
+		return 0, fmt.Errorf("%s: %q is not a %d-bit hex number like 0x10de", path, s, bits)
+	}
+	return v, nil
+}
+
+// readOptional reads a one-line file that may be absent.
+func readOptional(dir, name string) (string, bool, error) {
+	path := filepath.Join(dir, name)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return strings.TrimSpace(string(b)), true, nil
+}
+
+func readRDMA(root string) ([]topology.RDMARecord, error) {
+	dir := filepath.Join(root, "class", "infiniband")
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // no RDMA stack loaded: no NICs, not an error
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing RDMA devices: %w", err)
+	}
+	var out []topology.RDMARecord
+	for _, e := range entries {
+		rec, err := readRDMADevice(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("RDMA device %s: %w", e.Name(), err)
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
+func readRDMADevice(dir string) (topology.RDMARecord, error) {
+	rec := topology.RDMARecord{Name: filepath.Base(dir)}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return rec, fmt.Errorf("resolving %s: %w", dir, err)
+	}
+	devLink := filepath.Join(real, "device")
+	devReal, err := filepath.EvalSymlinks(devLink)
+	if err != nil {
+		return rec, fmt.Errorf("resolving %s: %w", devLink, err)
+	}
+	if rec.PCIAddress, err = topology.NormalizeBusID(filepath.Base(devReal)); err != nil {
+		return rec, fmt.Errorf("%s -> %s is not a PCI device: %w", devLink, devReal, err)
+	}
+	ports, err := os.ReadDir(filepath.Join(real, "ports"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return rec, fmt.Errorf("listing ports: %w", err)
+	}
+	for _, p := range ports {
+		n, err := strconv.Atoi(p.Name())
+		if err != nil {
+			return rec, fmt.Errorf("port directory %s is not a port number", filepath.Join(real, "ports", p.Name()))
+		}
+		pdir := filepath.Join(real, "ports", p.Name())
+		port := topology.Port{Number: n}
+		for name, dst := range map[string]*string{"link_layer": &port.LinkLayer, "rate": &port.Rate, "state": &port.State} {
+			s, _, err := readOptional(pdir, name)
+			if err != nil {
+				return rec, err
+			}
+			*dst = s
+		}
+		// state reads "4: ACTIVE": keep the word.
+		if _, word, ok := strings.Cut(port.State, ":"); ok {
+			port.State = strings.TrimSpace(word)
+		}
+		rec.Ports = append(rec.Ports, port)
+	}
+	sort.Slice(rec.Ports, func(i, j int) bool { return rec.Ports[i].Number < rec.Ports[j].Number })
+	nets, err := os.ReadDir(filepath.Join(devReal, "net"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return rec, fmt.Errorf("listing netdevs: %w", err)
+	}
+	for _, n := range nets {
+		rec.Netdevs = append(rec.Netdevs, n.Name())
+	}
+	return rec, nil
+}
+
+func readNUMA(root string) ([]topology.NUMANode, error) {
+	dirs, err := filepath.Glob(filepath.Join(root, "devices", "system", "node", "node[0-9]*"))
+	if err != nil {
+		return nil, err
+	}
+	var out []topology.NUMANode
+	for _, d := range dirs {
+		id, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), "node"))
+		if err != nil {
+			return nil, fmt.Errorf("NUMA node directory %s: not node<N>", d)
+		}
+		cpus, _, err := readOptional(d, "cpulist")
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, topology.NUMANode{ID: id, CPUs: cpus})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Discover reads the tree and builds its Topology (GPUs from sysfs alone).
+func (r *Reader) Discover() (*topology.Topology, error) {
+	h, err := r.Read()
+	if err != nil {
+		return nil, err
+	}
+	return topology.FromHostData(h)
+}
