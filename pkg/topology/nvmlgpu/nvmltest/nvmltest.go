@@ -1,0 +1,64 @@
+// Package nvmltest builds go-nvml mock servers with the PCI bus IDs and
+// NVLinks of a fixture machine, filling the gaps the stock mocks leave
+// (empty bus IDs, no NUMA or NVLink functions).
+package nvmltest
+
+import (
+	"fmt"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+)
+
+// NVSwitchServer returns a mock NVML whose GPUs sit at busIDs (in index order)
+// and each reach the NVSwitches over links NVLinks. With links == 12 it starts
+// from the DGX A100 mock, else from the DGX H100 one.
+func NVSwitchServer(busIDs []string, links int) (*server.Server, error) {
+	s := dgxh100.New()
+	if links == 12 {
+		s = dgxa100.New()
+	}
+	if len(busIDs) > len(s.Devices) {
+		return nil, fmt.Errorf("mock has %d GPUs, fixture %d", len(s.Devices), len(busIDs))
+	}
+	s.Devices = s.Devices[:len(busIDs)]
+	for i, d := range s.Devices {
+		dev := d.(*server.Device)
+		SetBusID(dev, busIDs[i])
+		dev.GetNumaNodeIdFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+		dev.GetNvLinkStateFunc = func(link int) (nvml.EnableState, nvml.Return) {
+			if link >= links {
+				return nvml.FEATURE_DISABLED, nvml.ERROR_INVALID_ARGUMENT
+			}
+			return nvml.FEATURE_ENABLED, nvml.SUCCESS
+		}
+		dev.GetNvLinkRemotePciInfoFunc = func(link int) (nvml.PciInfo, nvml.Return) {
+			// Four NVSwitches, as on HGX H100 boards.
+			return PciInfo(fmt.Sprintf("00000000:%02X:00.0", 0xf0+link%4)), nvml.SUCCESS
+		}
+	}
+	// DeviceGetCount and the handle lookups read s.Devices.
+	return s, nil
+}
+
+// SetBusID makes the mock device report busID from GetPciInfo.
+func SetBusID(dev *server.Device, busID string) {
+	dev.PciBusID = busID
+	deviceID := dev.Config.PciDeviceId
+	dev.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
+		p := PciInfo(busID)
+		p.PciDeviceId = deviceID
+		return p, nvml.SUCCESS
+	}
+}
+
+// PciInfo fills BusId the way NVML does.
+func PciInfo(busID string) nvml.PciInfo {
+	var p nvml.PciInfo
+	for i := 0; i < len(busID) && i < len(p.BusId)-1; i++ {
+		p.BusId[i] = int8(busID[i])
+	}
+	return p
+}

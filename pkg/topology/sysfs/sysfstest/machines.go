@@ -1,0 +1,167 @@
+package sysfstest
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Machine is a sysfs tree with the shape of a real machine whose
+// `nvidia-smi topo -m` was published (the file in shared/topologies/nvidia-smi-topo
+// named by Published). NVLinks is the NV# its GPU pairs show.
+type Machine struct {
+	Name      string
+	Published string
+	GPUs      int
+	NVLinks   int
+	Build     func(t *Tree)
+}
+
+// Machines are the published shapes the tests pin the level rule against.
+var Machines = []Machine{
+	{Name: "hgx-h100-8gpu-8nic", Published: "hgx-h100-8gpu-8nic_sglang-issue-30401.txt", GPUs: 8, NVLinks: 18, Build: HGXH100},
+	{Name: "h20-3e-8gpu-11nic", Published: "h20-3e-8gpu-11nic_sglang-issue-28893.txt", GPUs: 8, NVLinks: 18, Build: H20},
+	{Name: "hgx-h100-8gpu-13nic-ib-eth", Published: "hgx-h100-8gpu-13nic-ib-eth_szymonozog-blog-penny-1.txt", GPUs: 8, NVLinks: 18, Build: HGXH100IBEth},
+	{Name: "dgx-a100-8gpu-10nic", Published: "dgx-a100-8gpu-10nic_unresolved-github-file.txt", GPUs: 8, NVLinks: 12, Build: DGXA100},
+	{Name: "dgx-h100-class-8gpu-12nic-numa-off", Published: "dgx-h100-class-8gpu-12nic-numa-off_unresolved-github-file.txt", GPUs: 8, NVLinks: 18, Build: DGXH100NUMAOff},
+}
+
+func addr(bus int, devfn string) string { return fmt.Sprintf("0000:%02x:%s", bus, devfn) }
+
+// chain builds a path from a root complex bus and a list of (bus, devfn) hops.
+func chain(rcBus int, hops ...string) string {
+	return fmt.Sprintf("pci0000:%02x/", rcBus) + strings.Join(hops, "/")
+}
+
+// bcm creates every bridge of path below the root port as a Broadcom PEX89xxx port.
+func (t *Tree) bcm(path string, numa int) {
+	parts := strings.Split(path, "/")
+	for i := 3; i <= len(parts); i++ {
+		t.Bridge(strings.Join(parts[:i], "/"), VendorBroadcom, 0xc030, numa)
+	}
+}
+
+// HGXH100 is an HGX H100 board on two Sapphire Rapids sockets: every GPU has
+// one NIC behind the same Broadcom PEX89xxx switch, whose virtual sub-switches
+// put GPU and NIC two virtual levels apart (the OCI BM.GPU.H100.8 dump shows
+// that layering), and every switch hangs off its own host bridge.
+func HGXH100(t *Tree) {
+	cpus := []string{"0-47,96-143", "48-95,144-191"}
+	t.NUMANode(0, cpus[0])
+	t.NUMANode(1, cpus[1])
+	bases := []int{0x10, 0x30, 0x50, 0x70, 0x90, 0xb0, 0xd0, 0xe0}
+	for g, b := range bases {
+		numa := g / 4
+		top := chain(b, addr(b, "01.0"), addr(b+1, "00.0"))
+		gpuSide := top + "/" + addr(b+2, "00.0") + "/" + addr(b+3, "00.0") + "/" + addr(b+4, "00.0")
+		nicSide := top + "/" + addr(b+2, "01.0") + "/" + addr(b+6, "00.0") + "/" + addr(b+7, "00.0")
+		t.bcm(gpuSide, numa)
+		t.bcm(nicSide, numa)
+		t.GPU(gpuSide+"/"+addr(b+5, "00.0"), numa, cpus[numa])
+		t.NIC(nicSide+"/"+addr(b+8, "00.0"), fmt.Sprintf("mlx5_%d", g), numa)
+	}
+}
+
+// H20 is an 8x H20-3e board: pairs of GPUs share a switch with two NICs (the
+// last pair with three), and two more RDMA devices (mlx5_11 and a RoCE bond)
+// hang off host bridges of their own on socket 1.
+func H20(t *Tree) {
+	cpus := []string{"0-47,96-143", "48-95,144-191"}
+	t.NUMANode(0, cpus[0])
+	t.NUMANode(1, cpus[1])
+	nics := [][]string{{"mlx5_0", "mlx5_1"}, {"mlx5_2", "mlx5_3"}, {"mlx5_4", "mlx5_5"}, {"mlx5_6", "mlx5_7", "mlx5_8"}}
+	for k, b := range []int{0x10, 0x30, 0x90, 0xb0} {
+		numa := k / 2
+		sw := chain(b, addr(b, "01.0"), addr(b+1, "00.0"))
+		for i := 0; i < 2; i++ {
+			t.GPU(fmt.Sprintf("%s/%s/%s", sw, addr(b+2, fmt.Sprintf("%02x.0", i)), addr(b+3+i, "00.0")), numa, cpus[numa])
+		}
+		for i, name := range nics[k] {
+			t.NIC(fmt.Sprintf("%s/%s/%s", sw, addr(b+2, fmt.Sprintf("%02x.0", 8+i)), addr(b+8+i, "00.0")), name, 1-1+numa, ActiveRoCE)
+		}
+	}
+	t.NIC(chain(0xd0, addr(0xd0, "01.0"), addr(0xd1, "00.0")), "mlx5_11", 1, ActiveRoCE)
+	t.NIC(chain(0xe0, addr(0xe0, "01.0"), addr(0xe1, "00.0")), "mlx5_bond_0", 1, ActiveRoCE)
+}
+
+// HGXH100IBEth is an HGX H100 whose GPU pairs sit under one switch with two
+// sub-switches, each holding one GPU and one IB HCA (PIX to its own GPU, PXB to
+// the neighbour's), plus five Ethernet RDMA functions behind one switch of
+// their own on socket 1.
+func HGXH100IBEth(t *Tree) {
+	cpus := []string{"0-55,112-167", "56-111,168-223"}
+	t.NUMANode(0, cpus[0])
+	t.NUMANode(1, cpus[1])
+	for k, b := range []int{0x10, 0x30, 0x90, 0xb0} {
+		numa := k / 2
+		top := chain(b, addr(b, "01.0"), addr(b+1, "00.0"))
+		for i := 0; i < 2; i++ {
+			sub := fmt.Sprintf("%s/%s/%s", top, addr(b+2, fmt.Sprintf("%02x.0", i)), addr(b+3+8*i, "00.0"))
+			t.GPU(fmt.Sprintf("%s/%s/%s", sub, addr(b+4+8*i, "00.0"), addr(b+5+8*i, "00.0")), numa, cpus[numa])
+			t.NIC(fmt.Sprintf("%s/%s/%s", sub, addr(b+4+8*i, "01.0"), addr(b+6+8*i, "00.0")), fmt.Sprintf("mlx5_ib%d", 2*k+i), numa)
+		}
+	}
+	sw := chain(0xd0, addr(0xd0, "01.0"), addr(0xd1, "00.0"))
+	for i := 0; i < 5; i++ {
+		t.NIC(fmt.Sprintf("%s/%s/%s", sw, addr(0xd2, fmt.Sprintf("%02x.0", i)), addr(0xd3+i, "00.0")), fmt.Sprintf("mlx5_eth%d", i), 1, ActiveRoCE)
+	}
+}
+
+// DGXA100 is a DGX A100 (two EPYC Rome sockets in NPS4: eight NUMA nodes).
+// Each GPU pair sits under a PEX88096 with two sub-switches; inside each
+// sub-switch the NIC hangs one level up from the GPU (the HGX A100 dump in
+// SimAI shows the same nesting), so GPU-NIC is PXB even in the same
+// sub-switch. The dual-port storage HCA is two functions of one device.
+func DGXA100(t *Tree) {
+	numaCPUs := func(n int) string { return fmt.Sprintf("%d-%d,%d-%d", 16*n, 16*n+15, 128+16*n, 128+16*n+15) }
+	for n := 0; n < 8; n++ {
+		t.NUMANode(n, numaCPUs(n))
+	}
+	type pair struct{ rc, numa int }
+	for p, pr := range []pair{{0x00, 3}, {0x40, 1}, {0x80, 7}, {0xb0, 5}} {
+		b := pr.rc
+		top := chain(b, addr(b, "01.1"), addr(b+1, "00.0"))
+		for i := 0; i < 2; i++ {
+			o := b + 2 + 7*i
+			sub := fmt.Sprintf("%s/%s/%s", top, addr(b+1+1, fmt.Sprintf("%02x.0", 4*i)), addr(o+1, "00.0"))
+			gpu := fmt.Sprintf("%s/%s/%s/%s/%s", sub, addr(o+2, "00.0"), addr(o+3, "00.0"), addr(o+4, "00.0"), addr(o+5, "00.0"))
+			t.GPU(gpu, pr.numa, numaCPUs(pr.numa))
+			t.NIC(fmt.Sprintf("%s/%s/%s", sub, addr(o+2, "08.0"), addr(o+6, "00.0")), fmt.Sprintf("mlx5_%d", 2*p+i), pr.numa)
+		}
+	}
+	storage := chain(0xe0, addr(0xe0, "03.1"), addr(0xe1, "00.0"))
+	t.NIC(storage, "mlx5_8", 0, ActiveRoCE)
+	t.PCI(chain(0xe0, addr(0xe0, "03.1"), addr(0xe1, "00.1")), Func{Vendor: VendorMellanox, Device: 0x101b, Class: ClassEther, NUMA: 0})
+	t.RDMA(chain(0xe0, addr(0xe0, "03.1"), addr(0xe1, "00.1")), "mlx5_9", "net-mlx5_9", ActiveRoCE)
+}
+
+// DGXH100NUMAOff is a DGX H100-class machine booted with numa=off: every
+// device reports NUMA node 0, so pairs across sockets read NODE. Eight compute
+// HCAs sit PIX to one GPU each (through the PEX89xxx virtual layering), and two
+// dual-port storage HCAs hang off host bridges of their own.
+func DGXH100NUMAOff(t *Tree) {
+	t.NUMANode(0, "0-191")
+	// NIC legend order: mlx5_0,1,2 | 3,4 storage | 5,6,7,8 | 9,10 storage | 11.
+	compute := []struct {
+		rc  int
+		nic string
+	}{{0x10, "mlx5_0"}, {0x20, "mlx5_1"}, {0x30, "mlx5_2"}, {0x50, "mlx5_5"}, {0x90, "mlx5_6"}, {0xa0, "mlx5_7"}, {0xb0, "mlx5_8"}, {0xd0, "mlx5_11"}}
+	for _, c := range compute {
+		b := c.rc
+		top := chain(b, addr(b, "01.0"), addr(b+1, "00.0"))
+		gpuSide := top + "/" + addr(b+2, "00.0") + "/" + addr(b+3, "00.0") + "/" + addr(b+4, "00.0")
+		nicSide := top + "/" + addr(b+2, "01.0") + "/" + addr(b+6, "00.0") + "/" + addr(b+7, "00.0")
+		t.bcm(gpuSide, 0)
+		t.bcm(nicSide, 0)
+		t.GPU(gpuSide+"/"+addr(b+5, "00.0"), 0, "0-191")
+		t.NIC(nicSide+"/"+addr(b+8, "00.0"), c.nic, 0)
+	}
+	for _, s := range []struct {
+		rc    int
+		names [2]string
+	}{{0x40, [2]string{"mlx5_3", "mlx5_4"}}, {0xc0, [2]string{"mlx5_9", "mlx5_10"}}} {
+		for fn, name := range s.names {
+			p := chain(s.rc, addr(s.rc, "01.0"), addr(s.rc+1, fmt.Sprintf("00.%d", fn)))
+			t.NIC(p, name, 0, ActiveRoCE)
+		}
+	}
+}
