@@ -81,10 +81,9 @@ func (p placer) fold(chain []string) []string {
 }
 
 // between is the level between two placed functions.
+// Two RDMA devices on one function (ports NCCL lists apart) compare as
+// functions of one device: PIX.
 func between(a, b placement) Level {
-	if a.address == b.address {
-		return LevelX
-	}
 	if a.host != b.host {
 		return LevelSYS
 	}
@@ -109,6 +108,9 @@ func between(a, b placement) Level {
 
 // PCILevel is the PCIe level between two functions of t.
 func (t *Topology) PCILevel(a, b PCIFunction) Level {
+	if a.Address == b.Address {
+		return LevelX
+	}
 	p := newPlacer(t)
 	return between(p.place(a), p.place(b))
 }

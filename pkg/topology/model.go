@@ -9,6 +9,7 @@ package topology
 import (
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // Topology is one node's GPUs, RDMA devices and the PCIe tree that joins them.
@@ -140,19 +141,24 @@ func (t *Topology) Validate() error {
 	for _, b := range t.Bridges {
 		bridges[b.Address] = true
 	}
+	// A function holds one GPU, or one or more RDMA devices (NCCL XML lists
+	// the ports of one function as separate devices).
 	seen := map[string]string{}
 	check := func(what string, f PCIFunction) error {
 		if f.Address == "" {
 			return fmt.Errorf("%s has no PCI address", what)
 		}
-		if prev, dup := seen[f.Address]; dup {
-			return fmt.Errorf("%s: PCI address %s already belongs to %s", what, f.Address, prev)
-		}
-		seen[f.Address] = what
 		rc, ok := rcs[f.RootComplex]
 		if !ok {
 			return fmt.Errorf("%s (%s): unknown root complex %q", what, f.Address, f.RootComplex)
 		}
+		// Fused multi-host data repeats addresses: they are unique per host.
+		key := rc.Host + "/" + f.Address
+		isNIC := strings.HasPrefix(what, "RDMA")
+		if prev, dup := seen[key]; dup && !(isNIC && strings.HasPrefix(prev, "RDMA")) {
+			return fmt.Errorf("%s: PCI address %s already belongs to %s", what, f.Address, prev)
+		}
+		seen[key] = what
 		if rc.NUMANode >= 0 && f.NUMANode >= 0 && rc.NUMANode != f.NUMANode {
 			return fmt.Errorf("%s (%s) says NUMA node %d but its root complex %s is on NUMA node %d: a device cannot sit on two NUMA nodes",
 				what, f.Address, f.NUMANode, rc.ID, rc.NUMANode)

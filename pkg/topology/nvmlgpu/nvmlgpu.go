@@ -87,9 +87,7 @@ func (r *Reader) Read() (*topology.NVMLData, error) {
 	return data, nil
 }
 
-// nvlinks counts active NVLinks per GPU pair: links straight to the peer, plus,
-// when both GPUs reach NVSwitches, the smaller of their switch link counts
-// (what nvidia-smi prints as NV# on NVSwitch systems).
+// nvlinks counts the active NVLinks of every GPU, to peers and to NVSwitches.
 func nvlinks(devices []nvml.Device, byBus map[string]int) []topology.NVLink {
 	n := len(devices)
 	direct := make([][]int, n)
@@ -120,19 +118,11 @@ func nvlinks(devices []nvml.Device, byBus map[string]int) []topology.NVLink {
 			}
 		}
 	}
-	var out []topology.NVLink
-	for i := 0; i < n; i++ {
-		for j := i + 1; j < n; j++ {
-			c := max(direct[i][j], direct[j][i])
-			if toSwitch[i] > 0 && toSwitch[j] > 0 {
-				c += min(toSwitch[i], toSwitch[j])
-			}
-			if c > 0 {
-				out = append(out, topology.NVLink{GPU: i, Peer: j, Count: c})
-			}
-		}
+	indices := make([]int, n)
+	for i := range indices {
+		indices[i] = i
 	}
-	return out
+	return topology.PairNVLinks(indices, direct, toSwitch)
 }
 
 func busID(p nvml.PciInfo) (string, error) {
