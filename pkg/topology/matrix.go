@@ -41,9 +41,8 @@ func (t *Topology) Matrix() *Matrix {
 	for i, g := range t.GPUs {
 		gpuRow[g.Index] = i
 		d := MatrixDevice{Label: "GPU" + strconv.Itoa(i), Name: g.Name, BusID: g.PCI.Address, UUID: g.UUID, CPUAffinity: g.CPUAffinity}
-		if g.PCI.NUMANode >= 0 {
-			d.NUMAAffinity = strconv.Itoa(g.PCI.NUMANode)
-		}
+		// nvidia-smi prints 0 where the kernel says -1 (seen on a one-H200 VM).
+		d.NUMAAffinity = strconv.Itoa(effectiveNUMA(g.PCI.NUMANode))
 		if g.MemoryNUMANode >= 0 {
 			d.GPUNUMAID = strconv.Itoa(g.MemoryNUMANode)
 		}

@@ -17,7 +17,7 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 
 func load(t *testing.T, name string) *topology.Topology {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", name))
+	f, err := os.Open(filepath.Join("..", "..", "profiles", "nccl-xml", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func render(topo *topology.Topology) string {
 // TestGolden imports every published XML and compares the matrix we print with
 // the golden file next to it (go test -update rewrites them).
 func TestGolden(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.xml")
+	files, err := filepath.Glob("../../profiles/nccl-xml/*.xml")
 	if err != nil || len(files) < 13 {
 		t.Fatalf("want the 13 published XMLs under testdata, got %d (%v)", len(files), err)
 	}
@@ -50,7 +50,7 @@ func TestGolden(t *testing.T) {
 		name := filepath.Base(path)
 		t.Run(strings.TrimSuffix(name, ".xml"), func(t *testing.T) {
 			got := render(load(t, name))
-			golden := strings.TrimSuffix(path, ".xml") + ".golden"
+			golden := filepath.Join("testdata", strings.TrimSuffix(name, ".xml")+".golden")
 			if *update {
 				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
 					t.Fatal(err)

@@ -1,0 +1,29 @@
+// Command nicaffinity is the user's command line: the GPU-NIC topology of a
+// node as `nvidia-smi topo -m` prints it, from sysfs (+NVML), an NCCL
+// topology XML, or a bundled real machine.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	if err := newRootCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "nicaffinity",
+		Short:         "Place GPU pods next to their RDMA NICs",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newTopoCommand())
+	return root
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nicaffinity/nicaffinity/pkg/profiles"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/ncclxml"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/nvmlgpu"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
+)
+
+type topoOptions struct {
+	sysfsRoot string
+	ncclXML   string
+	profile   string
+	nvml      string
+	output    string
+	list      bool
+}
+
+// discoverFunc reads the topology of the node; tests swap the NVML reader.
+type nvmlReader interface {
+	Read() (*topology.NVMLData, error)
+}
+
+func newTopoCommand() *cobra.Command {
+	o := &topoOptions{}
+	cmd := &cobra.Command{
+		Use:   "topo",
+		Short: "Print the GPU/NIC topology matrix as `nvidia-smi topo -m` does",
+		Long: `Print the level (PIX, PXB, PHB, NODE, SYS, NV#) between every GPU and RDMA
+device of a node, in the layout of ` + "`nvidia-smi topo -m`" + `.
+
+By default it reads this host: the PCIe tree from /sys and GPU identity and
+NVLinks from NVML when a driver is loaded. --sysfs-root reads another tree as
+if it were /sys, --nccl-xml reads an NCCL topology XML (NCCL_TOPO_FILE), and
+--profile shows one of the real machines bundled with nicaffinity.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.OutOrStdout(), nvmlgpu.New())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.sysfsRoot, "sysfs-root", "/sys", "read this directory as if it were /sys")
+	f.StringVar(&o.ncclXML, "nccl-xml", "", "read an NCCL topology XML file instead of the host")
+	f.StringVar(&o.profile, "profile", "", "show a bundled real machine (see --list-profiles)")
+	f.BoolVar(&o.list, "list-profiles", false, "list the bundled machines and exit")
+	f.StringVar(&o.nvml, "nvml", "auto", "use NVML for GPU identity and NVLinks: auto (when a driver is there), on (fail without it), off")
+	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+func (o *topoOptions) run(w io.Writer, nvml nvmlReader) error {
+	if o.list {
+		for _, n := range profiles.Names() {
+			fmt.Fprintln(w, n)
+		}
+		return nil
+	}
+	if o.output != "text" && o.output != "json" {
+		return fmt.Errorf("--output %q: want text or json", o.output)
+	}
+	if o.nvml != "auto" && o.nvml != "on" && o.nvml != "off" {
+		return fmt.Errorf("--nvml %q: want auto, on or off", o.nvml)
+	}
+	if o.ncclXML != "" && o.profile != "" {
+		return errors.New("--nccl-xml and --profile are exclusive")
+	}
+	topo, err := o.load(nvml)
+	if err != nil {
+		return err
+	}
+	m := topo.Matrix()
+	if o.output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		return enc.Encode(struct {
+			Source string   `json:"source"`
+			NVML   bool     `json:"nvml"`
+			Notes  []string `json:"notes,omitempty"`
+			*topology.Matrix
+		}{topo.Source, topo.NVML, topo.Notes, m})
+	}
+	fmt.Fprint(w, m.Format())
+	if len(topo.Notes) > 0 {
+		fmt.Fprintf(w, "\nNotes (%s):\n", topo.Source)
+		for _, n := range topo.Notes {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
+	}
+	return nil
+}
+
+func (o *topoOptions) load(nvml nvmlReader) (*topology.Topology, error) {
+	switch {
+	case o.profile != "":
+		return profiles.Load(o.profile)
+	case o.ncclXML != "":
+		f, err := os.Open(o.ncclXML)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		t, err := ncclxml.Parse(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", o.ncclXML, err)
+		}
+		return t, nil
+	}
+	host, err := sysfs.New(sysfs.WithRoot(o.sysfsRoot)).Read()
+	if err != nil {
+		return nil, err
+	}
+	if o.nvml != "off" {
+		data, err := nvml.Read()
+		switch {
+		case err == nil:
+			host.NVML = data
+		case o.nvml == "auto" && errors.Is(err, nvmlgpu.ErrUnavailable):
+			host.Notes = append(host.Notes, fmt.Sprintf("NVML not used (%v): GPUs found in sysfs as NVIDIA display/3D controllers, numbered in PCI order; GPU pairs show PCIe levels, not NVLink", err))
+		default:
+			return nil, err
+		}
+	} else {
+		host.Notes = append(host.Notes, "NVML not used (--nvml=off): GPUs found in sysfs as NVIDIA display/3D controllers, numbered in PCI order; GPU pairs show PCIe levels, not NVLink")
+	}
+	return topology.FromHostData(host)
+}
