@@ -67,6 +67,9 @@ type Link struct {
 
 func (k Link) String() string {
 	if k.Level == LevelNV {
+		if k.NVLinks <= 0 {
+			return "NV#" // NVLink of unknown width
+		}
 		return "NV" + strconv.Itoa(k.NVLinks)
 	}
 	return k.Level.String()

@@ -3,13 +3,18 @@ package topology
 import (
 	"bufio"
 	"fmt"
+	"regexp"
 	"strings"
 )
+
+var ansiEscape = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
 
 // ParseSMIMatrix reads the text `nvidia-smi topo -m` prints (tabs or spaces,
 // with or without a prompt line before it) back into a Matrix. NIC names come
 // from the NIC legend. Errors name the line.
 func ParseSMIMatrix(text string) (*Matrix, error) {
+	// nvidia-smi underlines the header on a terminal.
+	text = ansiEscape.ReplaceAllString(text, "")
 	sc := bufio.NewScanner(strings.NewReader(text))
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	var labels []string

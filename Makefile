@@ -1,0 +1,45 @@
+# nicaffinity: place GPU pods next to their RDMA NICs.
+GO       ?= go
+# go-nvml's cgo preamble includes deprecated NVML calls; keep the build quiet.
+export CGO_CFLAGS ?= -Wno-deprecated-declarations
+# go-nvml needs cgo (gcc); the module proxy is the only download.
+export CGO_ENABLED := 1
+
+DEMO_PROFILE ?= oci-bm-gpu-h100-8-8gpu-8x2portcx7
+FUZZTIME     ?= 10s
+
+.PHONY: all build test vet race unit demo bench fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o bin/ ./cmd/...
+
+vet:
+	$(GO) vet ./...
+
+# Everything here runs without an apiserver, so -race is cheap: run it all.
+test: vet
+	$(GO) test -race -count=1 ./...
+
+demo:
+	$(GO) run ./cmd/nicaffinity topo --profile $(DEMO_PROFILE)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+
+# Short runs of every fuzz target; FUZZTIME=5m for a real session.
+fuzz:
+	@set -e; for spec in \
+	  ./pkg/topology:FuzzParseSMIMatrix \
+	  ./pkg/topology:FuzzFromHostData \
+	  ./pkg/topology:FuzzNormalizeBusID \
+	  ./pkg/topology:FuzzCPUListFromMask \
+	  ./pkg/topology/ncclxml:FuzzParse \
+	  ./pkg/topology/sysfs:FuzzReadAttributes ; do \
+	  pkg=$${spec%%:*}; fn=$${spec##*:}; \
+	  echo "== $$pkg $$fn"; $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
+
+clean:
+	rm -rf bin/

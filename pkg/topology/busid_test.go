@@ -1,0 +1,78 @@
+package topology
+
+import "testing"
+
+func TestNormalizeBusID(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"00000000:1A:00.0", "0000:1a:00.0"},
+		{"0000:1a:00.0", "0000:1a:00.0"},
+		{"1a:00.1", "0000:1a:00.1"},
+		{"10000:00:01.0", "10000:00:01.0"},
+		{"fffffff:ff:ff.0", ""}, // device 0xff is not a PCI device number
+		{"0000:1a:00", ""},
+		{"0000:1a:00.8", ""},
+		{"0000:100:00.0", ""},
+		{"g000:1a:00.0", ""},
+		{"", ""},
+	}
+	for _, tc := range tests {
+		got, err := NormalizeBusID(tc.in)
+		if tc.want == "" {
+			if err == nil {
+				t.Errorf("NormalizeBusID(%q) = %q, want an error", tc.in, got)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("NormalizeBusID(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func FuzzNormalizeBusID(f *testing.F) {
+	for _, s := range []string{"00000000:1A:00.0", "1a:00.1", "::.", "0:0:0.0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := NormalizeBusID(s)
+		if err != nil {
+			return
+		}
+		again, err := NormalizeBusID(got)
+		if err != nil || again != got {
+			t.Fatalf("not idempotent: %q -> %q -> %q, %v", s, got, again, err)
+		}
+	})
+}
+
+func TestCPUListFromMask(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"00000000,00000000,00ffffff", "0-23"},
+		{"0000,000fffff,ff000000,0fffffff", "0-27,56-83"},
+		{"00000001", "0"},
+		{"80000000,00000001", "0,63"},
+		{"0", ""},
+		{"fff0000", "16-27"}, // short groups are numbers too (OCI B4.8 numaid 7)
+	}
+	for _, tc := range tests {
+		got, err := CPUListFromMask(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("CPUListFromMask(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "xyz", "1,,2", "123456789"} {
+		if _, err := CPUListFromMask(bad); err == nil {
+			t.Errorf("CPUListFromMask(%q) gave no error", bad)
+		}
+	}
+}
+
+func FuzzCPUListFromMask(f *testing.F) {
+	f.Add("ffff,fff00000,00ffffff,f0000000")
+	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) > 4096 {
+			return
+		}
+		_, _ = CPUListFromMask(s)
+	})
+}
