@@ -38,7 +38,7 @@ fuzz:
 	  ./pkg/topology/ncclxml:FuzzParse \
 	  ./pkg/topology/sysfs:FuzzReadAttributes ; do \
 	  pkg=$${spec%%:*}; fn=$${spec##*:}; \
-	  echo "== $$pkg $$fn"; $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  echo "== $$pkg $$fn"; $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg; \
 	done
 
 clean:

@@ -21,7 +21,7 @@ func ParseSMIMatrix(text string) (*Matrix, error) {
 	m := &Matrix{}
 	lineNo := 0
 	rows := map[string]int{}
-	inLegend := false
+	inLegend, afterRows := false, false
 	for sc.Scan() {
 		lineNo++
 		line := sc.Text()
@@ -53,22 +53,24 @@ func ParseSMIMatrix(text string) (*Matrix, error) {
 			m.Cells = make([][]Link, len(labels))
 		case strings.HasPrefix(line, "Legend:"), strings.HasPrefix(line, "NIC Legend:"):
 			inLegend = strings.HasPrefix(line, "NIC Legend:")
+			afterRows = true
 		case inLegend:
 			label, name, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if !ok {
-				return nil, fmt.Errorf("line %d: NIC legend entry %q is not \"NICn: name\"", lineNo, line)
+			if !ok || !strings.HasPrefix(label, "NIC") {
+				// The legend is over; what follows (notes, a prompt) is not ours.
+				inLegend = false
+				continue
 			}
 			i, known := rows[label]
 			if !known {
 				return nil, fmt.Errorf("line %d: NIC legend names %s, which is not a column", lineNo, label)
 			}
 			m.Devices[i].Name = strings.TrimSpace(name)
+		case afterRows:
+			// The level legend and whatever follows the NIC legend.
 		default:
 			i, known := rows[fields[0]]
 			if !known {
-				if strings.Contains(line, "=") { // the level legend
-					continue
-				}
 				return nil, fmt.Errorf("line %d: row %q is not a column of the header", lineNo, fields[0])
 			}
 			if m.Cells[i] != nil {

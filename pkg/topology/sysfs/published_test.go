@@ -16,7 +16,7 @@ import (
 
 func publishedMatrix(t *testing.T, file string) *topology.Matrix {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "nvidia-smi-topo", file))
+	b, err := os.ReadFile(filepath.Join("..", "testdata", "nvidia-smi-topo", file)) // file may climb to other testdata dirs
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,8 +20,14 @@ func NVSwitchServer(busIDs []string, links int) (*server.Server, error) {
 	if links == 12 {
 		s = dgxa100.New()
 	}
+	return s, WithNVSwitches(s, busIDs, links)
+}
+
+// WithNVSwitches fills the gaps of a stock mock server: bus IDs, no GPU NUMA
+// node, and links NVLinks from every GPU into four NVSwitches.
+func WithNVSwitches(s *server.Server, busIDs []string, links int) error {
 	if len(busIDs) > len(s.Devices) {
-		return nil, fmt.Errorf("mock has %d GPUs, fixture %d", len(s.Devices), len(busIDs))
+		return fmt.Errorf("mock has %d GPUs, fixture %d", len(s.Devices), len(busIDs))
 	}
 	s.Devices = s.Devices[:len(busIDs)]
 	for i, d := range s.Devices {
@@ -40,7 +46,7 @@ func NVSwitchServer(busIDs []string, links int) (*server.Server, error) {
 		}
 	}
 	// DeviceGetCount and the handle lookups read s.Devices.
-	return s, nil
+	return nil
 }
 
 // SetBusID makes the mock device report busID from GetPciInfo.

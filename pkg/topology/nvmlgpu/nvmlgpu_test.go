@@ -1,0 +1,141 @@
+package nvmlgpu_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxb200"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/nvmlgpu"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/nvmlgpu/nvmltest"
+)
+
+func busIDs(n int) []string {
+	var out []string
+	for i := 0; i < n; i++ {
+		out = append(out, fmt.Sprintf("00000000:%02X:00.0", 0x18+0x10*i))
+	}
+	return out
+}
+
+func TestReadDGXMocks(t *testing.T) {
+	tests := []struct {
+		name  string
+		srv   *server.Server
+		links int
+	}{
+		{"dgxa100", dgxa100.New(), 12},
+		{"dgxh100", dgxh100.New(), 18},
+		{"dgxh200", dgxh200.New(), 18},
+		{"dgxb200", dgxb200.New(), 18},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ids := busIDs(8)
+			if err := nvmltest.WithNVSwitches(tc.srv, ids, tc.links); err != nil {
+				t.Fatal(err)
+			}
+			data, err := nvmlgpu.New(nvmlgpu.WithNVML(tc.srv)).Read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []topology.NVMLGPU
+			for i, d := range tc.srv.Devices {
+				dev := d.(*server.Device)
+				norm, _ := topology.NormalizeBusID(ids[i])
+				want = append(want, topology.NVMLGPU{Index: i, UUID: dev.UUID, Name: dev.Config.Name, BusID: norm, MemoryNUMANode: -1})
+			}
+			if diff := cmp.Diff(want, data.GPUs); diff != "" {
+				t.Errorf("GPUs (-want,+got):\n%s", diff)
+			}
+			if len(data.NVLinks) != 28 {
+				t.Fatalf("got %d NVLink pairs, want 28 (every pair of 8 GPUs)", len(data.NVLinks))
+			}
+			for _, l := range data.NVLinks {
+				if l.Count != tc.links {
+					t.Errorf("GPU%d-GPU%d: NV%d, want NV%d", l.GPU, l.Peer, l.Count, tc.links)
+				}
+			}
+		})
+	}
+}
+
+// TestReadDirectNVLinks is two PCIe GPUs joined by an NVLink bridge: links
+// straight to the peer, no switch.
+func TestReadDirectNVLinks(t *testing.T) {
+	srv := dgxa100.New()
+	ids := busIDs(2)
+	if err := nvmltest.WithNVSwitches(srv, ids, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range srv.Devices {
+		dev := srv.Devices[i].(*server.Device)
+		peer := ids[1-i]
+		dev.GetNvLinkStateFunc = func(link int) (nvml.EnableState, nvml.Return) {
+			switch {
+			case link >= 12:
+				return 0, nvml.ERROR_INVALID_ARGUMENT
+			case link < 4:
+				return nvml.FEATURE_ENABLED, nvml.SUCCESS
+			}
+			return nvml.FEATURE_DISABLED, nvml.SUCCESS
+		}
+		dev.GetNvLinkRemotePciInfoFunc = func(int) (nvml.PciInfo, nvml.Return) { return nvmltest.PciInfo(peer), nvml.SUCCESS }
+	}
+	data, err := nvmlgpu.New(nvmlgpu.WithNVML(srv)).Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]topology.NVLink{{GPU: 0, Peer: 1, Count: 4}}, data.NVLinks); diff != "" {
+		t.Errorf("NVLinks (-want,+got):\n%s", diff)
+	}
+}
+
+func TestReadFaults(t *testing.T) {
+	tests := []struct {
+		name    string
+		break_  func(s *server.Server)
+		wantErr string
+		is      error
+	}{
+		{"no driver", func(s *server.Server) {
+			s.InitFunc = func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }
+			s.ErrorStringFunc = func(r nvml.Return) string { return "ERROR_LIBRARY_NOT_FOUND" }
+		}, "NVML unavailable", nvmlgpu.ErrUnavailable},
+		{"count fails", func(s *server.Server) {
+			s.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+		}, "nvmlDeviceGetCount", nil},
+		{"empty bus ID", func(s *server.Server) {
+			s.Devices[3].(*server.Device).GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, nvml.SUCCESS }
+		}, "GPU 3 (GPU-", nil},
+		{"fallen off the bus", func(s *server.Server) {
+			s.Devices[5].(*server.Device).GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
+		}, "GPU 5: nvmlDeviceGetUUID", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := dgxh100.New()
+			if err := nvmltest.WithNVSwitches(srv, busIDs(8), 18); err != nil {
+				t.Fatal(err)
+			}
+			srv.ErrorStringFunc = func(r nvml.Return) string { return fmt.Sprintf("return %d", r) }
+			tc.break_(srv)
+			_, err := nvmlgpu.New(nvmlgpu.WithNVML(srv)).Read()
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
+			}
+			if tc.is != nil && !errors.Is(err, tc.is) {
+				t.Errorf("error %v is not %v", err, tc.is)
+			}
+		})
+	}
+}

@@ -1,0 +1,194 @@
+package sysfs_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+)
+
+// small builds a host with one GPU and one SR-IOV NIC (two VFs, one of them an
+// RDMA device) behind one switch.
+func small(t testing.TB) *sysfstest.Tree {
+	t.Helper()
+	tree := sysfstest.New(t.TempDir())
+	tree.NUMANode(0, "0-7")
+	tree.GPU("pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0", 0, "0-7")
+	pf := "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0"
+	tree.NIC(pf, "mlx5_0", 0, sysfstest.ActiveRoCE)
+	vf1 := "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.2"
+	vf2 := "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.3"
+	tree.PCI(vf1, sysfstest.Func{Vendor: sysfstest.VendorMellanox, Device: 0x101e, Class: sysfstest.ClassEther})
+	tree.PCI(vf2, sysfstest.Func{Vendor: sysfstest.VendorMellanox, Device: 0x101e, Class: sysfstest.ClassEther})
+	tree.RDMA(vf1, "mlx5_2", "", sysfstest.Port{LinkLayer: "Ethernet", State: "1: DOWN", Rate: "10 Gb/sec (1X QDR)"})
+	tree.SRIOV(pf, 8, vf1, vf2)
+	if err := tree.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return tree
+}
+
+func TestReadSmallHost(t *testing.T) {
+	tree := small(t)
+	topo, err := sysfs.New(sysfs.WithRoot(tree.Root)).Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []topology.NIC{
+		{
+			Name: "mlx5_0", Netdevs: []string{"net-mlx5_0"},
+			Ports:    []topology.Port{{Number: 1, LinkLayer: "Ethernet", State: "ACTIVE", Rate: "200 Gb/sec (4X HDR)"}},
+			TotalVFs: 8, VFs: []string{"0000:04:00.2", "0000:04:00.3"},
+		},
+		{
+			Name:   "mlx5_2",
+			Ports:  []topology.Port{{Number: 1, LinkLayer: "Ethernet", State: "DOWN", Rate: "10 Gb/sec (1X QDR)"}},
+			PhysFn: "0000:04:00.0",
+		},
+	}
+	if diff := cmp.Diff(want, topo.NICs, cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".PCI" }, cmp.Ignore())); diff != "" {
+		t.Errorf("NICs (-want,+got):\n%s", diff)
+	}
+	if topo.NICs[1].Up() {
+		t.Error("a DOWN port reads as up")
+	}
+	m := topo.Matrix()
+	if got := m.Cells[0][1].String() + " " + m.Cells[0][2].String(); got != "PIX PIX" {
+		t.Errorf("GPU0-PF, GPU0-VF = %s, want PIX PIX", got)
+	}
+	if diff := cmp.Diff([]topology.NUMANode{{ID: 0, CPUs: "0-7"}}, topo.NUMANodes); diff != "" {
+		t.Errorf("NUMA (-want,+got):\n%s", diff)
+	}
+}
+
+func TestReadBadInput(t *testing.T) {
+	gpu := "devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0"
+	tests := []struct {
+		name    string
+		mutate  func(t *testing.T, tree *sysfstest.Tree)
+		wantErr string
+	}{
+		{"missing class file", func(t *testing.T, tree *sysfstest.Tree) {
+			mustRemove(t, filepath.Join(tree.Root, gpu, "class"))
+		}, "PCI device 0000:03:00.0: reading "},
+		{"garbage class", func(t *testing.T, tree *sysfstest.Tree) {
+			tree.WriteFile(gpu+"/class", "display thing")
+		}, `class: "display thing" is not a 24-bit hex number`},
+		{"class too wide", func(t *testing.T, tree *sysfstest.Tree) {
+			tree.WriteFile(gpu+"/class", "0x1030200")
+		}, `"0x1030200" is not a 24-bit hex number`},
+		{"garbage numa_node", func(t *testing.T, tree *sysfstest.Tree) {
+			tree.WriteFile(gpu+"/numa_node", "two")
+		}, `numa_node: "two" is not a NUMA node number`},
+		{"device on two NUMA nodes", func(t *testing.T, tree *sysfstest.Tree) {
+			tree.WriteFile(gpu+"/numa_node", "1")
+		}, "cannot sit on two NUMA nodes"},
+		{"dangling device link", func(t *testing.T, tree *sysfstest.Tree) {
+			tree.Symlink("bus/pci/devices/0000:09:00.0", "devices/pci0000:00/0000:09:00.0")
+		}, "PCI device 0000:09:00.0: resolving"},
+		{"looping device link", func(t *testing.T, tree *sysfstest.Tree) {
+			tree.Symlink("bus/pci/devices/0000:09:00.0", "bus/pci/devices/0000:09:00.0")
+		}, "PCI device 0000:09:00.0: resolving"},
+		{"link out of the root", func(t *testing.T, tree *sysfstest.Tree) {
+			outside := t.TempDir()
+			mustSymlink(t, outside, filepath.Join(tree.Root, "bus/pci/devices/0000:09:00.0"))
+		}, "outside the sysfs root"},
+		{"garbage device name", func(t *testing.T, tree *sysfstest.Tree) {
+			tree.Symlink("bus/pci/devices/not-a-device", gpu)
+		}, `PCI device not-a-device: PCI address "not-a-device"`},
+		{"dangling RDMA device link", func(t *testing.T, tree *sysfstest.Tree) {
+			tree.Symlink("devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0/infiniband/mlx5_0/device", "devices/gone")
+		}, "RDMA device mlx5_0: resolving"},
+		{"garbage port directory", func(t *testing.T, tree *sysfstest.Tree) {
+			tree.WriteFile("devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0/infiniband/mlx5_0/ports/one/state", "4: ACTIVE")
+		}, "RDMA device mlx5_0: port directory"},
+		{"garbage VF count", func(t *testing.T, tree *sysfstest.Tree) {
+			tree.WriteFile("devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0/sriov_totalvfs", "-3")
+		}, `sriov_totalvfs: "-3" is not a VF count`},
+		{"missing sysfs root", func(t *testing.T, tree *sysfstest.Tree) {
+			mustRemove(t, tree.Root)
+		}, "sysfs root"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tree := small(t)
+			tc.mutate(t, tree)
+			if err := tree.Err(); err != nil {
+				t.Fatal(err)
+			}
+			_, err := sysfs.New(sysfs.WithRoot(tree.Root)).Discover()
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("error = %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func mustRemove(t *testing.T, path string) {
+	t.Helper()
+	if err := os.RemoveAll(path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustSymlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRealH200VM reads a snapshot of a real one-H200 VM's sysfs (taken with
+// scripts/snapshot-sysfs.sh) and compares with that VM's `nvidia-smi topo -m`.
+// The PCIe tree is flat (the GPU sits on the root bus), numa_node is -1, and
+// there is no RDMA device: nothing must be invented.
+func TestRealH200VM(t *testing.T) {
+	dir := filepath.Join("..", "testdata", "h200-vm")
+	want := publishedMatrix(t, filepath.Join("..", "h200-vm", "nvidia-smi-topo.txt"))
+	topo, err := sysfs.New(sysfs.WithRoot(filepath.Join(dir, "snap"))).Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(topo.NICs) != 0 || len(topo.Bridges) != 0 {
+		t.Errorf("invented devices: NICs %v, bridges %v", topo.NICs, topo.Bridges)
+	}
+	got := topo.Matrix()
+	if diff := cmp.Diff(cells(want, false), cells(got, false)); diff != "" {
+		t.Errorf("matrix (-want,+got):\n%s", diff)
+	}
+	if diff := cmp.Diff(affinity(want), affinity(got)); diff != "" {
+		t.Errorf("affinity (-want,+got):\n%s", diff)
+	}
+}
+
+// FuzzReadAttributes writes arbitrary contents into the attribute files the
+// reader parses and reads the tree: errors are fine, panics are not.
+func FuzzReadAttributes(f *testing.F) {
+	f.Add("0x030200", "0", "8", "4: ACTIVE", "0x10de")
+	f.Add("", "-1", "", ":", "")
+	f.Add("0xffffffffffffffff", "99999999999999999999", "x", "\x00", "0x")
+	// One tree per fuzzing process; every run overwrites the same files.
+	tree := small(f)
+	f.Fuzz(func(t *testing.T, class, numa, totalVFs, state, vendor string) {
+		gpu := "devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0"
+		pf := "devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0"
+		tree.WriteFile(gpu+"/class", class)
+		tree.WriteFile(gpu+"/numa_node", numa)
+		tree.WriteFile(gpu+"/vendor", vendor)
+		tree.WriteFile(pf+"/sriov_totalvfs", totalVFs)
+		tree.WriteFile(pf+"/infiniband/mlx5_0/ports/1/state", state)
+		if tree.Err() != nil {
+			return
+		}
+		topo, err := sysfs.New(sysfs.WithRoot(tree.Root)).Discover()
+		if err == nil {
+			_ = topo.Matrix()
+		}
+	})
+}
