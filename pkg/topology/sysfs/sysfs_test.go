@@ -9,6 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/nvmlgpu"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/nvmlgpu/nvmltest"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
@@ -144,26 +146,57 @@ func mustSymlink(t *testing.T, target, link string) {
 	}
 }
 
-// TestRealH200VM reads a snapshot of a real one-H200 VM's sysfs (taken with
-// scripts/snapshot-sysfs.sh) and compares with that VM's `nvidia-smi topo -m`.
-// The PCIe tree is flat (the GPU sits on the root bus), numa_node is -1, and
-// there is no RDMA device: nothing must be invented.
-func TestRealH200VM(t *testing.T) {
-	dir := filepath.Join("..", "testdata", "h200-vm")
-	want := publishedMatrix(t, filepath.Join("..", "h200-vm", "nvidia-smi-topo.txt"))
-	topo, err := sysfs.New(sysfs.WithRoot(filepath.Join(dir, "snap"))).Discover()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(topo.NICs) != 0 || len(topo.Bridges) != 0 {
-		t.Errorf("invented devices: NICs %v, bridges %v", topo.NICs, topo.Bridges)
-	}
-	got := topo.Matrix()
-	if diff := cmp.Diff(cells(want, false), cells(got, false)); diff != "" {
-		t.Errorf("matrix (-want,+got):\n%s", diff)
-	}
-	if diff := cmp.Diff(affinity(want), affinity(got)); diff != "" {
-		t.Errorf("affinity (-want,+got):\n%s", diff)
+// TestRealVMs reads snapshots of real H200 VMs' sysfs (taken with
+// scripts/snapshot-sysfs.sh on the device machines) and compares with the
+// `nvidia-smi topo -m` each printed. Their PCIe trees are flat (GPUs on the
+// root bus), numa_node is -1, and there is no RDMA device: nothing may be
+// invented. The two-GPU VM's NV18 comes through NVML, played by a mock with
+// its bus IDs and 18 links per GPU into NVSwitches (what its `nvidia-smi
+// nvlink -s` showed).
+func TestRealVMs(t *testing.T) {
+	for _, vm := range []struct {
+		dir     string
+		nvlinks int
+	}{{"h200-vm", 0}, {"h200x2-vm", 18}} {
+		t.Run(vm.dir, func(t *testing.T) {
+			dir := filepath.Join("..", "testdata", vm.dir)
+			want := publishedMatrix(t, filepath.Join("..", vm.dir, "nvidia-smi-topo.txt"))
+			host, err := sysfs.New(sysfs.WithRoot(filepath.Join(dir, "snap"))).Read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if vm.nvlinks > 0 {
+				plain, err := topology.FromHostData(host)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ids []string
+				for _, g := range plain.GPUs {
+					ids = append(ids, g.PCI.Address)
+				}
+				mock, err := nvmltest.NVSwitchServer(ids, vm.nvlinks)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if host.NVML, err = nvmlgpu.New(nvmlgpu.WithNVML(mock)).Read(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			topo, err := topology.FromHostData(host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(topo.NICs) != 0 || len(topo.Bridges) != 0 {
+				t.Errorf("invented devices: NICs %v, bridges %v", topo.NICs, topo.Bridges)
+			}
+			got := topo.Matrix()
+			if diff := cmp.Diff(cells(want, false), cells(got, false)); diff != "" {
+				t.Errorf("matrix (-want,+got):\n%s", diff)
+			}
+			if diff := cmp.Diff(affinity(want), affinity(got)); diff != "" {
+				t.Errorf("affinity (-want,+got):\n%s", diff)
+			}
+		})
 	}
 }
 
