@@ -99,23 +99,7 @@ func TestPublishedMatrices(t *testing.T) {
 			})
 
 			t.Run("sysfs+nvml", func(t *testing.T) {
-				var busIDs []string
-				plain, err := topology.FromHostData(host)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, g := range plain.GPUs {
-					busIDs = append(busIDs, g.PCI.Address)
-				}
-				mock, err := nvmltest.NVSwitchServer(busIDs, machine.NVLinks)
-				if err != nil {
-					t.Fatal(err)
-				}
-				withNVML := host
-				if withNVML.NVML, err = nvmlgpu.New(nvmlgpu.WithNVML(mock)).Read(); err != nil {
-					t.Fatal(err)
-				}
-				topo, err := topology.FromHostData(withNVML)
+				topo, err := topology.FromHostData(withMockNVML(t, host, machine.NVLinks))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -134,4 +118,27 @@ func TestPublishedMatrices(t *testing.T) {
 			})
 		})
 	}
+}
+
+// withMockNVML adds what NVML would say about host's GPUs: a go-nvml mock with
+// their bus IDs (in PCI order, as NVML numbers them) and links NVLinks from
+// every GPU into NVSwitches.
+func withMockNVML(t *testing.T, host topology.HostData, links int) topology.HostData {
+	t.Helper()
+	plain, err := topology.FromHostData(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var busIDs []string
+	for _, g := range plain.GPUs {
+		busIDs = append(busIDs, g.PCI.Address)
+	}
+	mock, err := nvmltest.NVSwitchServer(busIDs, links)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host.NVML, err = nvmlgpu.New(nvmlgpu.WithNVML(mock)).Read(); err != nil {
+		t.Fatal(err)
+	}
+	return host
 }

@@ -9,8 +9,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/nvmlgpu"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/nvmlgpu/nvmltest"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
@@ -166,21 +164,7 @@ func TestRealVMs(t *testing.T) {
 				t.Fatal(err)
 			}
 			if vm.nvlinks > 0 {
-				plain, err := topology.FromHostData(host)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var ids []string
-				for _, g := range plain.GPUs {
-					ids = append(ids, g.PCI.Address)
-				}
-				mock, err := nvmltest.NVSwitchServer(ids, vm.nvlinks)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if host.NVML, err = nvmlgpu.New(nvmlgpu.WithNVML(mock)).Read(); err != nil {
-					t.Fatal(err)
-				}
+				host = withMockNVML(t, host, vm.nvlinks)
 			}
 			topo, err := topology.FromHostData(host)
 			if err != nil {
