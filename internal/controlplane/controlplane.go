@@ -1,0 +1,120 @@
+// Package controlplane starts a real kube-apiserver and etcd in-process for
+// tests and the simulator, with nicaffinity's CRDs installed, and stops them
+// when the test ends.
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"strings"
+	"testing"
+	"time"
+
+	nrtclient "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/generated/clientset/versioned"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/storage/etcd3/testserver"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nicaffinity/nicaffinity/manifests"
+)
+
+// ControlPlane is a running apiserver with clients.
+type ControlPlane struct {
+	// Config is an admin rest config (protobuf for built-in types).
+	Config *rest.Config
+	Kube   kubernetes.Interface
+	// NRT talks JSON, as CRDs need.
+	NRT nrtclient.Interface
+}
+
+// JSONConfig returns a copy of cfg that talks JSON, which CRD types need.
+func JSONConfig(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.ContentType = "application/json"
+	c.AcceptContentTypes = "application/json"
+	return c
+}
+
+// Start runs etcd and the apiserver for the test t, installs the CRDs under
+// manifests/crds and waits until they are served. Everything stops at t's cleanup.
+func Start(t testing.TB) *ControlPlane {
+	t.Helper()
+	etcdCfg := testserver.NewTestConfig(t)
+	testserver.RunEtcd(t, etcdCfg)
+	storage := storagebackend.NewDefaultConfig(fmt.Sprintf("/nicaffinity-%d", time.Now().UnixNano()), nil)
+	storage.Transport.ServerList = []string{etcdCfg.ListenClientUrls[0].String()}
+	srv := kubeapiservertesting.StartTestServerOrDie(t,
+		&kubeapiservertesting.TestServerInstanceOptions{DisableInvariantChecks: true},
+		[]string{"--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"},
+		storage)
+	t.Cleanup(srv.TearDownFn)
+	cp := &ControlPlane{Config: srv.ClientConfig}
+	var err error
+	if cp.Kube, err = kubernetes.NewForConfig(srv.ClientConfig); err != nil {
+		t.Fatalf("kube client: %v", err)
+	}
+	if cp.NRT, err = nrtclient.NewForConfig(JSONConfig(srv.ClientConfig)); err != nil {
+		t.Fatalf("NRT client: %v", err)
+	}
+	if err := installCRDs(context.Background(), srv.ClientConfig); err != nil {
+		t.Fatalf("installing CRDs: %v", err)
+	}
+	return cp
+}
+
+func installCRDs(ctx context.Context, cfg *rest.Config) error {
+	ext, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	files, err := fs.Glob(manifests.CRDs, "crds/*.yaml")
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, f := range files {
+		b, err := fs.ReadFile(manifests.CRDs, f)
+		if err != nil {
+			return err
+		}
+		for _, doc := range strings.Split(string(b), "\n---") {
+			if strings.TrimSpace(doc) == "" {
+				continue
+			}
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			if err := yaml.UnmarshalStrict([]byte(doc), crd); err != nil {
+				return fmt.Errorf("%s: %w", f, err)
+			}
+			if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("%s: creating CRD %s: %w", f, crd.Name, err)
+			}
+			names = append(names, crd.Name)
+		}
+	}
+	for _, name := range names {
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			crd, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			for _, c := range crd.Status.Conditions {
+				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("CRD %s not established: %w", name, err)
+		}
+	}
+	return nil
+}

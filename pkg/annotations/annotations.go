@@ -1,0 +1,117 @@
+// Package annotations holds the pod annotations nicaffinity reads and writes,
+// their JSON forms and their parsers. The scheduler writes Allocation, the
+// exporter writes Observed, users set the request annotations.
+package annotations
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+)
+
+const (
+	// MaxLevel is the worst GPU-NIC level a pod accepts: PIX, PXB, PHB, NODE or SYS.
+	MaxLevel = "nicaffinity.io/max-level"
+	// Policy is "required" (filter nodes) or "preferred" (only score).
+	Policy = "nicaffinity.io/policy"
+	// RDMA set to "true" marks a pod that needs a NIC without requesting an RDMA resource.
+	RDMA = "nicaffinity.io/rdma"
+	// AllocationKey is written by the scheduler at PreBind.
+	AllocationKey = "nicaffinity.io/allocation"
+	// ObservedKey is written by the topology exporter from what the kubelet really handed out.
+	ObservedKey = "nicaffinity.io/observed"
+)
+
+// Policies.
+const (
+	PolicyRequired  = "required"
+	PolicyPreferred = "preferred"
+)
+
+// Allocation is the scheduler's plan for a pod.
+type Allocation struct {
+	Node string `json:"node"`
+	// GPUs by PCI bus ID.
+	GPUs []string `json:"gpus"`
+	// NICs by RDMA device name.
+	NICs  []string `json:"nics,omitempty"`
+	Level string   `json:"level,omitempty"`
+	// NRTGeneration is the generation of the NodeResourceTopology the plan came from.
+	NRTGeneration int64 `json:"nrtGeneration"`
+}
+
+// Observed is what the exporter saw a pod really get.
+type Observed struct {
+	GPUs []ObservedGPU `json:"gpus"`
+	// NICs are the RDMA devices the pod should use (NCCL_IB_HCA), nearest first.
+	NICs []string `json:"nics,omitempty"`
+	// Level is the worst of the GPUs' levels to their nearest NIC ("" without RDMA).
+	Level   string `json:"level,omitempty"`
+	Aligned bool   `json:"aligned"`
+	// Plan says how the node's choice compares with the scheduler's Allocation:
+	// "matched", "differs" or "none" (no plan on the pod).
+	Plan string `json:"plan"`
+}
+
+// ObservedGPU is one GPU the pod got and its nearest NIC.
+type ObservedGPU struct {
+	BusID string `json:"busID"`
+	UUID  string `json:"uuid,omitempty"`
+	NIC   string `json:"nic,omitempty"`
+	Level string `json:"level,omitempty"`
+}
+
+// ParseAllocation reads an Allocation annotation value.
+func ParseAllocation(s string) (Allocation, error) {
+	var a Allocation
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		return a, fmt.Errorf("annotation %s: %w", AllocationKey, err)
+	}
+	if a.Node == "" {
+		return a, fmt.Errorf("annotation %s: no node", AllocationKey)
+	}
+	for i, g := range a.GPUs {
+		n, err := topology.NormalizeBusID(g)
+		if err != nil {
+			return a, fmt.Errorf("annotation %s: gpus[%d]: %w", AllocationKey, i, err)
+		}
+		a.GPUs[i] = n
+	}
+	if a.Level != "" {
+		if _, err := topology.ParseLevel(a.Level); err != nil {
+			return a, fmt.Errorf("annotation %s: level: %w", AllocationKey, err)
+		}
+	}
+	return a, nil
+}
+
+// ParseMaxLevel reads a max-level annotation value (PIX, PXB, PHB, NODE, SYS).
+func ParseMaxLevel(s string) (topology.Level, error) {
+	l, err := topology.ParseLevel(strings.ToUpper(strings.TrimSpace(s)))
+	if err != nil || l < topology.LevelPIX {
+		return 0, fmt.Errorf("annotation %s=%q: want one of PIX, PXB, PHB, NODE, SYS", MaxLevel, s)
+	}
+	return l, nil
+}
+
+// ParsePolicy reads a policy annotation value.
+func ParsePolicy(s string) (string, error) {
+	switch p := strings.ToLower(strings.TrimSpace(s)); p {
+	case PolicyRequired, PolicyPreferred:
+		return p, nil
+	}
+	return "", fmt.Errorf("annotation %s=%q: want required or preferred", Policy, s)
+}
+
+// Marshal writes v as compact JSON.
+func Marshal(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only plain structs of strings and numbers come here
+	}
+	return string(b)
+}
