@@ -34,6 +34,8 @@ type NUMANode struct {
 	ID int `json:"id"`
 	// CPUs in the kernel's cpulist format ("0-47,96-143").
 	CPUs string `json:"cpus"`
+	// Distances to every node by ID order, as the kernel's distance file (10 = local).
+	Distances []int `json:"distances,omitempty"`
 }
 
 // RootComplex is a PCIe host bridge ("pci0000:00" in sysfs).
@@ -113,14 +115,17 @@ type NVLink struct {
 	Count int `json:"count"`
 }
 
-// Up reports whether some port of the NIC is ACTIVE.
+// Up reports whether some port of the NIC is ACTIVE, or no port reports a
+// state at all (NCCL XML carries none): only a NIC known to be down is down.
 func (n NIC) Up() bool {
+	known := false
 	for _, p := range n.Ports {
 		if p.State == "ACTIVE" {
 			return true
 		}
+		known = known || p.State != ""
 	}
-	return false
+	return !known
 }
 
 // Validate checks the references inside t: every function's root complex and
@@ -224,3 +229,24 @@ func effectiveNUMA(n int) int {
 	}
 	return n
 }
+
+// SwitchOf names the PCIe switch a function hangs under, the unit a GPU and a
+// NIC share when they are PIX: the upstream port of the nearest switch (PEX89xxx
+// virtual sub-switches folded into their parent), else the root port, else
+// the host bridge for functions on the root bus.
+func (t *Topology) SwitchOf(f PCIFunction) string {
+	chain := newPlacer(t).fold(f.Bridges)
+	switch n := len(chain); {
+	case n == 0:
+		return f.RootComplex
+	case n == 1:
+		return chain[0]
+	case (n-1)%2 == 1:
+		return chain[n-1]
+	default:
+		return chain[n-2]
+	}
+}
+
+// NUMAOf is the NUMA node a function counts as (-1 reads as 0).
+func NUMAOf(f PCIFunction) int { return effectiveNUMA(f.NUMANode) }

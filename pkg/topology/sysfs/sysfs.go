@@ -276,7 +276,19 @@ func readNUMA(root string) ([]topology.NUMANode, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, topology.NUMANode{ID: id, CPUs: cpus})
+		node := topology.NUMANode{ID: id, CPUs: cpus}
+		dist, _, err := readOptional(d, "distance")
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range strings.Fields(dist) {
+			v, err := strconv.Atoi(f)
+			if err != nil || v < 0 {
+				return nil, fmt.Errorf("%s: %q is not a list of distances", filepath.Join(d, "distance"), dist)
+			}
+			node.Distances = append(node.Distances, v)
+		}
+		out = append(out, node)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil

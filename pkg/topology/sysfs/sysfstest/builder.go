@@ -64,6 +64,15 @@ func (t *Tree) NUMANode(id int, cpus string) {
 	t.WriteFile(fmt.Sprintf("devices/system/node/node%d/cpulist", id), cpus)
 }
 
+// NUMADistances writes /sys/devices/system/node/node<id>/distance.
+func (t *Tree) NUMADistances(id int, distances ...int) {
+	var parts []string
+	for _, d := range distances {
+		parts = append(parts, fmt.Sprint(d))
+	}
+	t.WriteFile(fmt.Sprintf("devices/system/node/node%d/distance", id), strings.Join(parts, " "))
+}
+
 // Func describes one PCI function.
 type Func struct {
 	Vendor, Device uint16

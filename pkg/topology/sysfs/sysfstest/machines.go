@@ -48,6 +48,8 @@ func HGXH100(t *Tree) {
 	cpus := []string{"0-47,96-143", "48-95,144-191"}
 	t.NUMANode(0, cpus[0])
 	t.NUMANode(1, cpus[1])
+	t.NUMADistances(0, 10, 21)
+	t.NUMADistances(1, 21, 10)
 	bases := []int{0x10, 0x30, 0x50, 0x70, 0x90, 0xb0, 0xd0, 0xe0}
 	for g, b := range bases {
 		numa := g / 4

@@ -1,0 +1,259 @@
+package nrt
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	"github.com/k8stopologyawareschedwg/podfingerprint"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// h100 is the HGX H100 fixture with NVML identities: UUIDs GPU-h100-<i>, NV18.
+func h100(t *testing.T, mutate func(*sysfstest.Tree)) *topology.Topology {
+	t.Helper()
+	tree := sysfstest.New(t.TempDir())
+	sysfstest.HGXH100(tree)
+	if mutate != nil {
+		mutate(tree)
+	}
+	if err := tree.Err(); err != nil {
+		t.Fatal(err)
+	}
+	host, err := sysfs.New(sysfs.WithRoot(tree.Root)).Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := topology.FromHostData(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host.NVML = &topology.NVMLData{}
+	for i, g := range plain.GPUs {
+		host.NVML.GPUs = append(host.NVML.GPUs, topology.NVMLGPU{Index: i, UUID: fmt.Sprintf("GPU-h100-%d", i), Name: "NVIDIA H100 80GB HBM3", BusID: g.PCI.Address, MemoryNUMANode: -1})
+		for j := i + 1; j < len(plain.GPUs); j++ {
+			host.NVML.NVLinks = append(host.NVML.NVLinks, topology.NVLink{GPU: i, Peer: j, Count: 18})
+		}
+	}
+	topo, err := topology.FromHostData(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topo
+}
+
+func gpuDevices(topo *topology.Topology, skip ...int) []podresources.Device {
+	var out []podresources.Device
+	for i, g := range topo.GPUs {
+		if contains(skip, i) {
+			continue
+		}
+		out = append(out, podresources.Device{Resource: "nvidia.com/gpu", ID: g.UUID, NUMANodes: []int{topology.NUMAOf(g.PCI)}})
+	}
+	return out
+}
+
+func contains(xs []int, x int) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+func zone(t *testing.T, obj *v1alpha2.NodeResourceTopology, name string) v1alpha2.Zone {
+	t.Helper()
+	for _, z := range obj.Zones {
+		if z.Name == name {
+			return z
+		}
+	}
+	t.Fatalf("no zone %s", name)
+	return v1alpha2.Zone{}
+}
+
+func res(z v1alpha2.Zone, name string) string {
+	for _, r := range z.Resources {
+		if r.Name == name {
+			return fmt.Sprintf("%s/%s/%s", r.Capacity.String(), r.Allocatable.String(), r.Available.String())
+		}
+	}
+	return "absent"
+}
+
+func attr(list v1alpha2.AttributeList, name string) string {
+	for _, a := range list {
+		if a.Name == name {
+			return a.Value
+		}
+	}
+	return ""
+}
+
+func cost(z v1alpha2.Zone, name string) int64 {
+	for _, c := range z.Costs {
+		if c.Name == name {
+			return c.Value
+		}
+	}
+	return -1
+}
+
+// TestBuildHGXH100 is an 8-GPU, 8-NIC node with one pod on GPU 0, GPU 5 gone
+// from the device plugin (fallen off the bus), mlx5_6 down, and a pod holding
+// a device ID that is no GPU here.
+func TestBuildHGXH100(t *testing.T) {
+	topo := h100(t, func(tree *sysfstest.Tree) {
+		tree.WriteFile("class/infiniband/mlx5_6/ports/1/state", "1: DOWN")
+	})
+	snap := podresources.Snapshot{
+		Pods: []podresources.Pod{
+			{Namespace: "team-a", Name: "train-0", Devices: []podresources.Device{{Resource: "nvidia.com/gpu", ID: "GPU-h100-0"}, {Resource: "rdma/hca", ID: "hca"}}},
+			{Namespace: "team-b", Name: "stale", Devices: []podresources.Device{{Resource: "nvidia.com/gpu", ID: "GPU-gone"}}},
+			{Namespace: "kube-system", Name: "exporter"},
+		},
+		Allocatable: append(gpuDevices(topo, 5), podresources.Device{Resource: "rdma/hca", ID: "hca", NUMANodes: []int{0}}),
+	}
+	obj, problems := Build(Input{Node: "node-a", Topology: topo, Snapshot: snap, Resources: DefaultResources()})
+
+	if got := res(zone(t, obj, "node-0"), "nvidia.com/gpu"); got != "4/4/3" {
+		t.Errorf("node-0 GPUs capacity/allocatable/available = %s, want 4/4/3", got)
+	}
+	if got := res(zone(t, obj, "node-1"), "nvidia.com/gpu"); got != "4/3/3" {
+		t.Errorf("node-1 GPUs = %s, want 4/3/3", got)
+	}
+	if got := res(zone(t, obj, "node-0"), "rdma/hca"); got != "1/1/0" {
+		t.Errorf("node-0 rdma/hca = %s, want 1/1/0", got)
+	}
+	g5 := zone(t, obj, "gpu-5")
+	if attr(g5.Attributes, AttrHealth) != HealthMissing || res(g5, "nvidia.com/gpu") != "1/0/0" {
+		t.Errorf("gpu-5 = %+v, want health missing and 1/0/0", g5)
+	}
+	g0 := zone(t, obj, "gpu-0")
+	if res(g0, "nvidia.com/gpu") != "1/1/0" || attr(g0.Attributes, AttrUUID) != "GPU-h100-0" {
+		t.Errorf("gpu-0 = %+v", g0)
+	}
+	for name, want := range map[string]int64{"nic-mlx5_0": 10, "nic-mlx5_1": 40, "nic-mlx5_4": 50, "gpu-1": 5, "nic-mlx5_6": -1} {
+		if got := cost(g0, name); got != want {
+			t.Errorf("gpu-0 cost to %s = %d, want %d", name, got, want)
+		}
+	}
+	if got := attr(zone(t, obj, "nic-mlx5_6").Attributes, AttrState); got != "DOWN" {
+		t.Errorf("nic-mlx5_6 state = %q", got)
+	}
+	sw := zone(t, obj, g0.Parent)
+	if sw.Type != ZonePCIeSwitch || sw.Parent != "node-0" || attr(sw.Attributes, AttrPCIeRoot) != "pci0000:10" || zone(t, obj, "nic-mlx5_0").Parent != sw.Name {
+		t.Errorf("GPU 0 and mlx5_0 are not under one switch zone on pci0000:10: %+v", sw)
+	}
+	fp := podfingerprint.NewFingerprint(3)
+	for _, p := range snap.Pods {
+		_ = fp.Add(p.Namespace, p.Name)
+	}
+	if got := attr(obj.Attributes, podfingerprint.Attribute); got != fp.Sign() {
+		t.Errorf("fingerprint %q, want %q", got, fp.Sign())
+	}
+	var text []string
+	for _, p := range problems {
+		text = append(text, p.String())
+	}
+	for _, want := range []string{"GPU 5 (0000:b5:00.0): the device plugin does not offer it", `pod team-b/stale holds nvidia.com/gpu device "GPU-gone"`, "RDMA device mlx5_6: no port is ACTIVE"} {
+		if !strings.Contains(strings.Join(text, "\n"), want) {
+			t.Errorf("problems %q lack %q", text, want)
+		}
+	}
+	// Parents come before children.
+	seen := map[string]bool{}
+	for _, z := range obj.Zones {
+		if z.Parent != "" && !seen[z.Parent] {
+			t.Errorf("zone %s comes before its parent %s", z.Name, z.Parent)
+		}
+		seen[z.Name] = true
+	}
+}
+
+// TestBuildGolden pins the whole object of an idle HGX H100 node; the same
+// object is the example in docs/nrt-schema.md.
+func TestBuildGolden(t *testing.T) {
+	topo := h100(t, nil)
+	obj, problems := Build(Input{Node: "gpu-node-1", Topology: topo, Resources: DefaultResources(),
+		Snapshot: podresources.Snapshot{Allocatable: gpuDevices(topo)}})
+	if len(problems) != 0 {
+		t.Errorf("problems on a healthy node: %v", problems)
+	}
+	got, err := yaml.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "hgx-h100-idle.yaml")
+	if *update {
+		if err := os.WriteFile(golden, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("%s (-want,+got):\n%s", golden, diff)
+	}
+}
+
+// TestBuildSRIOV counts VFs per PF and per NUMA node, and a VF of no known PF
+// is a problem, not a crash.
+func TestBuildSRIOV(t *testing.T) {
+	tree := sysfstest.New(t.TempDir())
+	tree.NUMANode(0, "0-7")
+	tree.GPU("pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0", 0, "0-7")
+	pf := "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0"
+	tree.NIC(pf, "mlx5_0", 0, sysfstest.ActiveRoCE)
+	var vfs []string
+	for i := 2; i < 5; i++ {
+		vf := fmt.Sprintf("pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.%d", i)
+		tree.PCI(vf, sysfstest.Func{Vendor: sysfstest.VendorMellanox, Device: 0x101e, Class: sysfstest.ClassEther})
+		vfs = append(vfs, vf)
+	}
+	tree.SRIOV(pf, 8, vfs...)
+	if err := tree.Err(); err != nil {
+		t.Fatal(err)
+	}
+	topo, err := sysfs.New(sysfs.WithRoot(tree.Root)).Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const vfRes = "openshift.io/sriov_highnet"
+	snap := podresources.Snapshot{
+		Allocatable: []podresources.Device{
+			{Resource: "nvidia.com/gpu", ID: "0000:03:00.0"},
+			{Resource: vfRes, ID: "0000:04:00.2"}, {Resource: vfRes, ID: "0000:04:00.3"}, {Resource: vfRes, ID: "0000:04:00.4"},
+			{Resource: vfRes, ID: "0000:99:00.1"},
+		},
+		Pods: []podresources.Pod{{Namespace: "a", Name: "p", Devices: []podresources.Device{{Resource: "nvidia.com/gpu", ID: "0000:03:00.0"}, {Resource: vfRes, ID: "0000:04:00.3"}}}},
+	}
+	obj, problems := Build(Input{Node: "n", Topology: topo, Snapshot: snap, Resources: DefaultResources()})
+	if got := res(zone(t, obj, "nic-mlx5_0"), vfRes); got != "3/3/2" {
+		t.Errorf("nic-mlx5_0 VFs = %s, want 3/3/2", got)
+	}
+	if got := res(zone(t, obj, "node-0"), vfRes); got != "3/3/2" {
+		t.Errorf("node-0 VFs = %s, want 3/3/2", got)
+	}
+	if got := res(zone(t, obj, "gpu-0"), "nvidia.com/gpu"); got != "1/1/0" {
+		t.Errorf("gpu-0 (matched by bus ID) = %s, want 1/1/0", got)
+	}
+	if len(problems) != 1 || !strings.Contains(problems[0].Reason, "not a VF of any RDMA device") {
+		t.Errorf("problems = %v", problems)
+	}
+}

@@ -1,0 +1,96 @@
+// Package nrt owns the NodeResourceTopology schema nicaffinity publishes
+// (topology.node.k8s.io/v1alpha2): the exporter builds objects through it and
+// the scheduler plugin reads them through it. docs/nrt-schema.md describes it.
+package nrt
+
+import "github.com/nicaffinity/nicaffinity/pkg/topology"
+
+// Zone types.
+const (
+	ZoneNode       = "Node"
+	ZonePCIeSwitch = "PCIeSwitch"
+	ZoneGPU        = "GPU"
+	ZoneNIC        = "NIC"
+)
+
+// Zone name prefixes: node-<numa>, pcie-<switch>, gpu-<index>, nic-<rdma device>.
+const (
+	PrefixNode   = "node-"
+	PrefixSwitch = "pcie-"
+	PrefixGPU    = "gpu-"
+	PrefixNIC    = "nic-"
+)
+
+// Attributes.
+const (
+	AttrSchema                = "nicaffinity.io/schema"
+	SchemaVersion             = "1"
+	AttrTopologyManagerPolicy = "topologyManagerPolicy"
+	AttrTopologyManagerScope  = "topologyManagerScope"
+	AttrPCIeRoot              = "pcieRoot"
+	AttrUUID                  = "uuid"
+	AttrPCIBusID              = "pciBusID"
+	AttrNetdev                = "netdev"
+	AttrLinkLayer             = "linkLayer"
+	AttrPort                  = "port"
+	AttrRate                  = "rate"
+	AttrState                 = "state"
+	// AttrHealth on GPU zones: "ok", or "missing" when the device plugin does
+	// not offer the GPU (fallen off the bus, Xid, unhealthy).
+	AttrHealth = "health"
+)
+
+// GPU health values.
+const (
+	HealthOK      = "ok"
+	HealthMissing = "missing"
+)
+
+// Costs carry levels as these values (ARCHITECTURE: NV# 5, PIX 10 ... SYS 50).
+var levelCost = map[topology.Level]int64{
+	topology.LevelNV:   5,
+	topology.LevelPIX:  10,
+	topology.LevelPXB:  20,
+	topology.LevelPHB:  30,
+	topology.LevelNODE: 40,
+	topology.LevelSYS:  50,
+}
+
+// CostOf is the cost value of a level.
+func CostOf(l topology.Level) int64 { return levelCost[l] }
+
+// LevelOf reads a cost value back; ok is false for values that are no level.
+func LevelOf(cost int64) (topology.Level, bool) {
+	for l, c := range levelCost {
+		if c == cost {
+			return l, true
+		}
+	}
+	return 0, false
+}
+
+// Resources names the device-plugin resources the exporter and the plugin
+// care about.
+type Resources struct {
+	// GPU is the NVIDIA device plugin's resource (nvidia.com/gpu). Its device
+	// IDs are GPU UUIDs (or PCI bus IDs with deviceIDStrategy=... in simulations).
+	GPU string `json:"gpu"`
+	// SRIOV are the SR-IOV device plugin's resources; their device IDs are VF
+	// PCI addresses.
+	SRIOV []string `json:"sriov,omitempty"`
+}
+
+// DefaultResources are the names of the deployment guides in shared/seeds.
+func DefaultResources() Resources {
+	return Resources{GPU: "nvidia.com/gpu", SRIOV: []string{"openshift.io/sriov_highnet"}}
+}
+
+// IsSRIOV reports whether name is one of the SR-IOV resources.
+func (r Resources) IsSRIOV(name string) bool {
+	for _, s := range r.SRIOV {
+		if s == name {
+			return true
+		}
+	}
+	return false
+}
