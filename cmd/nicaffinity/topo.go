@@ -12,8 +12,8 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/profiles"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/ncclxml"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/nvmlgpu"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
 )
 
 type topoOptions struct {
@@ -25,10 +25,6 @@ type topoOptions struct {
 	list      bool
 }
 
-// discoverFunc reads the topology of the node; tests swap the NVML reader.
-type nvmlReader interface {
-	Read() (*topology.NVMLData, error)
-}
 
 func newTopoCommand() *cobra.Command {
 	o := &topoOptions{}
@@ -57,7 +53,7 @@ if it were /sys, --nccl-xml reads an NCCL topology XML (NCCL_TOPO_FILE), and
 	return cmd
 }
 
-func (o *topoOptions) run(w io.Writer, nvml nvmlReader) error {
+func (o *topoOptions) run(w io.Writer, nvml discovery.NVMLReader) error {
 	if o.list {
 		for _, n := range profiles.Names() {
 			fmt.Fprintln(w, n)
@@ -67,8 +63,8 @@ func (o *topoOptions) run(w io.Writer, nvml nvmlReader) error {
 	if o.output != "text" && o.output != "json" {
 		return fmt.Errorf("--output %q: want text or json", o.output)
 	}
-	if o.nvml != "auto" && o.nvml != "on" && o.nvml != "off" {
-		return fmt.Errorf("--nvml %q: want auto, on or off", o.nvml)
+	if err := discovery.ValidateNVMLMode(o.nvml); err != nil {
+		return fmt.Errorf("--nvml: %w", err)
 	}
 	if o.ncclXML != "" && o.profile != "" {
 		return errors.New("--nccl-xml and --profile are exclusive")
@@ -99,7 +95,7 @@ func (o *topoOptions) run(w io.Writer, nvml nvmlReader) error {
 	return nil
 }
 
-func (o *topoOptions) load(nvml nvmlReader) (*topology.Topology, error) {
+func (o *topoOptions) load(nvml discovery.NVMLReader) (*topology.Topology, error) {
 	switch {
 	case o.profile != "":
 		return profiles.Load(o.profile)
@@ -115,22 +111,5 @@ func (o *topoOptions) load(nvml nvmlReader) (*topology.Topology, error) {
 		}
 		return t, nil
 	}
-	host, err := sysfs.New(sysfs.WithRoot(o.sysfsRoot)).Read()
-	if err != nil {
-		return nil, err
-	}
-	if o.nvml != "off" {
-		data, err := nvml.Read()
-		switch {
-		case err == nil:
-			host.NVML = data
-		case o.nvml == "auto" && errors.Is(err, nvmlgpu.ErrUnavailable):
-			host.Notes = append(host.Notes, fmt.Sprintf("NVML not used (%v): GPUs found in sysfs as NVIDIA display/3D controllers, numbered in PCI order; GPU pairs show PCIe levels, not NVLink", err))
-		default:
-			return nil, err
-		}
-	} else {
-		host.Notes = append(host.Notes, "NVML not used (--nvml=off): GPUs found in sysfs as NVIDIA display/3D controllers, numbered in PCI order; GPU pairs show PCIe levels, not NVLink")
-	}
-	return topology.FromHostData(host)
+	return discovery.Host{SysfsRoot: o.sysfsRoot, NVMLMode: o.nvml, NVML: nvml}.Discover()
 }

@@ -114,7 +114,7 @@ func TestTopoErrors(t *testing.T) {
 		wantErr string
 	}{
 		{"bad output", topoOptions{output: "yaml"}, `--output "yaml"`},
-		{"bad nvml mode", topoOptions{nvml: "maybe"}, `--nvml "maybe"`},
+		{"bad nvml mode", topoOptions{nvml: "maybe"}, `--nvml: NVML mode "maybe"`},
 		{"missing xml", topoOptions{ncclXML: "/nonexistent/topo.xml"}, "/nonexistent/topo.xml"},
 		{"truncated xml", topoOptions{ncclXML: truncated}, truncated + ": NCCL topology XML: XML syntax error"},
 		{"unknown profile", topoOptions{profile: "dgx-z9000"}, `no profile "dgx-z9000"; known: `},

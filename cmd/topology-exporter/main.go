@@ -1,0 +1,227 @@
+// Command topology-exporter runs on every GPU node (DaemonSet): it publishes
+// the node's GPU-NIC topology and free devices as a NodeResourceTopology and
+// checks what each pod really got.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	nrtclient "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/generated/clientset/versioned"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/exporter"
+	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
+)
+
+type options struct {
+	nodeName       string
+	sysfsRoot      string
+	socket         string
+	kubeconfig     string
+	kubeletConfig  string
+	oneshot        bool
+	noPublish      bool
+	resync         time.Duration
+	minWrite       time.Duration
+	metricsAddr    string
+	gpuResource    string
+	sriovResources []string
+	rdmaPrefixes   []string
+	maxLevel       string
+	nvml           string
+	gomaxprocs     int
+}
+
+func main() {
+	if err := newCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+func newCommand() *cobra.Command {
+	def := exporter.DefaultConfig("")
+	o := &options{}
+	cmd := &cobra.Command{
+		Use:           "topology-exporter",
+		Short:         "Publish this node's GPU-NIC topology as a NodeResourceTopology",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return o.run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (env NODE_NAME)")
+	f.StringVar(&o.sysfsRoot, "sysfs-root", "/sys", "the host's /sys as mounted in the container")
+	f.StringVar(&o.socket, "podresources-socket", podresources.DefaultSocket, "the kubelet's podresources socket")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (in-cluster config when empty)")
+	f.StringVar(&o.kubeletConfig, "kubelet-config", "/var/lib/kubelet/config.yaml", "kubelet configuration file to read the topology manager policy and scope from")
+	f.BoolVar(&o.oneshot, "oneshot", false, "publish once and exit")
+	f.BoolVar(&o.noPublish, "no-publish", false, "print the object as YAML and exit, without a cluster")
+	f.DurationVar(&o.resync, "resync-period", def.ResyncPeriod, "re-read and re-publish at least this often")
+	f.DurationVar(&o.minWrite, "min-write-interval", def.MinWriteInterval, "at most one write per interval")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "serve /metrics, /healthz and /readyz here (empty: off)")
+	f.StringVar(&o.gpuResource, "gpu-resource", def.Resources.GPU, "the NVIDIA device plugin's resource name")
+	f.StringSliceVar(&o.sriovResources, "sriov-resources", def.Resources.SRIOV, "SR-IOV device plugin resources (device IDs are VF PCI addresses)")
+	f.StringSliceVar(&o.rdmaPrefixes, "rdma-prefixes", def.RDMAPrefixes, "resource name prefixes of shared RDMA resources")
+	f.StringVar(&o.maxLevel, "max-level", def.MaxLevel.String(), "worst GPU-NIC level that counts as aligned")
+	f.StringVar(&o.nvml, "nvml", discovery.NVMLAuto, "use NVML: auto, on, off")
+	f.IntVar(&o.gomaxprocs, "gomaxprocs", 2, "cap on OS threads running Go code (0: Go's default)")
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	f.AddGoFlagSet(fs)
+	return cmd
+}
+
+func (o *options) config() (exporter.Config, error) {
+	cfg := exporter.DefaultConfig(o.nodeName)
+	if o.nodeName == "" {
+		return cfg, errors.New("--node-name (or NODE_NAME) is required")
+	}
+	if err := discovery.ValidateNVMLMode(o.nvml); err != nil {
+		return cfg, fmt.Errorf("--nvml: %w", err)
+	}
+	l, err := annotations.ParseMaxLevel(o.maxLevel)
+	if err != nil {
+		return cfg, fmt.Errorf("--max-level: %w", err)
+	}
+	if o.resync <= 0 || o.minWrite <= 0 {
+		return cfg, errors.New("--resync-period and --min-write-interval must be positive")
+	}
+	cfg.MaxLevel = l
+	cfg.ResyncPeriod, cfg.MinWriteInterval = o.resync, o.minWrite
+	cfg.Resources.GPU, cfg.Resources.SRIOV, cfg.RDMAPrefixes = o.gpuResource, o.sriovResources, o.rdmaPrefixes
+	cfg.TopologyManagerPolicy, cfg.TopologyManagerScope = kubeletTopologyManager(o.kubeletConfig)
+	return cfg, nil
+}
+
+// kubeletTopologyManager reads the policy and scope from the kubelet
+// configuration file; what cannot be read is the kubelet's default.
+func kubeletTopologyManager(path string) (policy, scope string) {
+	policy, scope = "none", "container"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		klog.InfoS("Kubelet configuration not readable; assuming the default topology manager", "path", path, "err", err)
+		return
+	}
+	var kc struct {
+		TopologyManagerPolicy string `json:"topologyManagerPolicy"`
+		TopologyManagerScope  string `json:"topologyManagerScope"`
+	}
+	if err := yaml.Unmarshal(b, &kc); err != nil {
+		klog.ErrorS(err, "Kubelet configuration not parseable; assuming the default topology manager", "path", path)
+		return
+	}
+	if kc.TopologyManagerPolicy != "" {
+		policy = kc.TopologyManagerPolicy
+	}
+	if kc.TopologyManagerScope != "" {
+		scope = kc.TopologyManagerScope
+	}
+	return
+}
+
+func (o *options) run(ctx context.Context) error {
+	if o.gomaxprocs > 0 && os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(o.gomaxprocs)
+	}
+	cfg, err := o.config()
+	if err != nil {
+		return err
+	}
+	src, err := podresources.Dial(o.socket, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	disc := discovery.Host{SysfsRoot: o.sysfsRoot, NVMLMode: o.nvml}
+	if o.noPublish {
+		exp := exporter.New(cfg, disc, src, nil, nil, nil)
+		obj, problems, _, err := exp.Build(ctx)
+		if err != nil {
+			return err
+		}
+		for _, p := range problems {
+			fmt.Fprintln(os.Stderr, "problem:", p)
+		}
+		out, err := yaml.Marshal(obj)
+		if err != nil {
+			return err
+		}
+		_, err = os.Stdout.Write(out)
+		return err
+	}
+	rc, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	jsonCfg := rest.CopyConfig(rc)
+	jsonCfg.ContentType, jsonCfg.AcceptContentTypes = "application/json", "application/json"
+	nrtc, err := nrtclient.NewForConfig(jsonCfg)
+	if err != nil {
+		return err
+	}
+	exp := exporter.New(cfg, disc, src, kube, nrtc, nil)
+	if o.oneshot {
+		return exp.Sync(ctx)
+	}
+	if o.metricsAddr != "" {
+		srv := &http.Server{Addr: o.metricsAddr, Handler: handler(exp), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				klog.ErrorS(err, "Metrics server stopped", "address", o.metricsAddr)
+			}
+		}()
+		defer srv.Close()
+	}
+	klog.InfoS("Starting topology exporter", "node", cfg.NodeName, "sysfsRoot", o.sysfsRoot, "socket", o.socket,
+		"gpuResource", cfg.Resources.GPU, "sriovResources", strings.Join(cfg.Resources.SRIOV, ","))
+	return exp.Run(ctx)
+}
+
+func handler(exp *exporter.Exporter) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(exp.Metrics().Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !exp.Ready() {
+			http.Error(w, "no NodeResourceTopology published yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return rest.InClusterConfig()
+}

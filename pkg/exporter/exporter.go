@@ -1,0 +1,349 @@
+// Package exporter publishes a node's GPU-NIC topology and free devices as a
+// NodeResourceTopology, and checks what each pod really got.
+package exporter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	nrtclient "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/generated/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+)
+
+// FieldManager is the server-side apply field manager of the exporter.
+const FieldManager = "nicaffinity-topology-exporter"
+
+// Config tunes an Exporter.
+type Config struct {
+	NodeName     string
+	Resources    nrt.Resources
+	RDMAPrefixes []string
+	// MaxLevel is the default worst GPU-NIC level that counts as aligned.
+	MaxLevel              topology.Level
+	TopologyManagerPolicy string
+	TopologyManagerScope  string
+	// ResyncPeriod re-reads everything even without pod events.
+	ResyncPeriod time.Duration
+	// MinWriteInterval spaces writes: at most one per interval.
+	MinWriteInterval time.Duration
+	// MaxBackoff caps the wait between retries after an error.
+	MaxBackoff time.Duration
+}
+
+// DefaultConfig returns the defaults of the deployment guides.
+func DefaultConfig(node string) Config {
+	return Config{
+		NodeName: node, Resources: nrt.DefaultResources(), RDMAPrefixes: []string{"rdma/"},
+		MaxLevel: topology.LevelPXB, TopologyManagerPolicy: "none", TopologyManagerScope: "container",
+		ResyncPeriod: 60 * time.Second, MinWriteInterval: time.Second, MaxBackoff: 30 * time.Second,
+	}
+}
+
+// Discoverer reads the node's topology (sysfs + NVML on a real node).
+type Discoverer interface {
+	Discover() (*topology.Topology, error)
+}
+
+// DiscovererFunc adapts a function.
+type DiscovererFunc func() (*topology.Topology, error)
+
+// Discover calls f.
+func (f DiscovererFunc) Discover() (*topology.Topology, error) { return f() }
+
+// Exporter is one node's publisher.
+type Exporter struct {
+	cfg      Config
+	discover Discoverer
+	source   podresources.Source
+	kube     kubernetes.Interface
+	nrt      nrtclient.Interface
+	metrics  *Metrics
+	recorder record.EventRecorder
+
+	trigger chan struct{}
+	ready   atomic.Bool
+
+	mu            sync.Mutex
+	topo          *topology.Topology
+	verifier      *Verifier
+	lastPublished *v1alpha2.NodeResourceTopology
+	lastProblems  string
+	podLister     corelisters.PodLister
+}
+
+// New builds an exporter. kube and nrt may be nil with Config for --no-publish use (Build only).
+func New(cfg Config, d Discoverer, src podresources.Source, kube kubernetes.Interface, nrtc nrtclient.Interface, m *Metrics) *Exporter {
+	if m == nil {
+		m = NewMetrics()
+	}
+	return &Exporter{cfg: cfg, discover: d, source: src, kube: kube, nrt: nrtc, metrics: m, trigger: make(chan struct{}, 1)}
+}
+
+// Ready reports whether a first object has been published.
+func (e *Exporter) Ready() bool { return e.ready.Load() }
+
+// Metrics returns the exporter's metrics.
+func (e *Exporter) Metrics() *Metrics { return e.metrics }
+
+// Build reads the node once and returns the object it would publish.
+func (e *Exporter) Build(ctx context.Context) (*v1alpha2.NodeResourceTopology, []nrt.Problem, podresources.Snapshot, error) {
+	topo, err := e.topology()
+	if err != nil {
+		return nil, nil, podresources.Snapshot{}, err
+	}
+	snap, err := e.source.Snapshot(ctx)
+	if err != nil {
+		e.metrics.SourceErrors.Inc()
+		return nil, nil, snap, err
+	}
+	obj, problems := nrt.Build(nrt.Input{
+		Node: e.cfg.NodeName, Topology: topo, Snapshot: snap, Resources: e.cfg.Resources,
+		TopologyManagerPolicy: e.cfg.TopologyManagerPolicy, TopologyManagerScope: e.cfg.TopologyManagerScope,
+	})
+	return obj, problems, snap, nil
+}
+
+// topology rediscovers the node (cheap: a few hundred sysfs reads), keeping the
+// last good topology when discovery fails.
+func (e *Exporter) topology() (*topology.Topology, error) {
+	t, err := e.discover.Discover()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil {
+		if e.topo != nil {
+			klog.ErrorS(err, "Topology discovery failed; keeping the last good topology")
+			return e.topo, nil
+		}
+		return nil, err
+	}
+	if e.topo == nil || !reflect.DeepEqual(e.topo, t) {
+		e.topo = t
+		e.verifier = NewVerifier(e.cfg.NodeName, t, e.cfg.Resources, e.cfg.RDMAPrefixes, e.cfg.MaxLevel)
+		klog.InfoS("Node topology", "node", e.cfg.NodeName, "gpus", len(t.GPUs), "rdmaDevices", len(t.NICs), "source", t.Source, "nvml", t.NVML)
+	}
+	return e.topo, nil
+}
+
+// Trigger asks for a sync soon.
+func (e *Exporter) Trigger() {
+	select {
+	case e.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Run publishes until ctx ends: on pod events of this node (debounced to one
+// write per MinWriteInterval), every ResyncPeriod, and after errors with backoff.
+func (e *Exporter) Run(ctx context.Context) error {
+	if e.kube == nil || e.nrt == nil {
+		return errors.New("exporter: Run needs Kubernetes clients")
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: e.kube.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	e.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager, Host: e.cfg.NodeName})
+
+	factory := informers.NewSharedInformerFactoryWithOptions(e.kube, e.cfg.ResyncPeriod,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", e.cfg.NodeName).String()
+		}))
+	pods := factory.Core().V1().Pods()
+	if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { e.Trigger() },
+		UpdateFunc: func(old, cur any) { e.podChanged(old, cur) },
+		DeleteFunc: func(any) { e.Trigger() },
+	}); err != nil {
+		return err
+	}
+	e.podLister = pods.Lister()
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	factory.WaitForCacheSync(ctx.Done())
+
+	resync := time.NewTicker(e.cfg.ResyncPeriod)
+	defer resync.Stop()
+	var last time.Time
+	backoff := time.Duration(0)
+	retry := time.NewTimer(0) // first sync right away
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-e.trigger:
+		case <-resync.C:
+			// The safety net also rewrites an object someone deleted or garbled.
+			e.Forget()
+		case <-retry.C:
+		}
+		// At most one write per MinWriteInterval: wait out the rest, and
+		// let the triggers that arrive meanwhile fold into this sync.
+		if wait := e.cfg.MinWriteInterval - time.Since(last); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(wait):
+			}
+			select {
+			case <-e.trigger:
+			default:
+			}
+		}
+		last = time.Now()
+		if err := e.Sync(ctx); err != nil {
+			backoff = min(max(2*backoff, e.cfg.MinWriteInterval), e.cfg.MaxBackoff)
+			klog.ErrorS(err, "Sync failed; serving the last good object and retrying", "node", e.cfg.NodeName, "retryIn", backoff)
+			retry.Reset(backoff)
+			continue
+		}
+		backoff = 0
+	}
+}
+
+// podChanged triggers on what changes allocations: phase and deletion.
+func (e *Exporter) podChanged(old, cur any) {
+	o, ok1 := old.(*corev1.Pod)
+	c, ok2 := cur.(*corev1.Pod)
+	if !ok1 || !ok2 || o.Status.Phase != c.Status.Phase || o.DeletionTimestamp != c.DeletionTimestamp ||
+		len(o.Status.ContainerStatuses) != len(c.Status.ContainerStatuses) {
+		e.Trigger()
+	}
+}
+
+// Sync reads the node once, publishes the object if its content changed, and
+// verifies the pods.
+func (e *Exporter) Sync(ctx context.Context) error {
+	start := time.Now()
+	obj, problems, snap, err := e.Build(ctx)
+	if err != nil {
+		e.metrics.Publishes.WithLabelValues("error").Inc()
+		return err
+	}
+	e.logProblems(problems)
+	written, err := e.publish(ctx, obj)
+	if err != nil {
+		e.metrics.Publishes.WithLabelValues("error").Inc()
+		return err
+	}
+	if written {
+		e.metrics.Publishes.WithLabelValues("written").Inc()
+		e.metrics.PublishDuration.Observe(time.Since(start).Seconds())
+		e.metrics.LastPublish.SetToCurrentTime()
+	} else {
+		e.metrics.Publishes.WithLabelValues("unchanged").Inc()
+	}
+	e.ready.Store(true)
+	e.verifyPods(ctx, snap)
+	return nil
+}
+
+func (e *Exporter) logProblems(problems []nrt.Problem) {
+	text := fmt.Sprint(problems)
+	e.mu.Lock()
+	changed := text != e.lastProblems
+	e.lastProblems = text
+	e.mu.Unlock()
+	if !changed {
+		return
+	}
+	for _, p := range problems {
+		klog.InfoS("Device problem", "node", e.cfg.NodeName, "device", p.Device, "reason", p.Reason)
+	}
+}
+
+// publish applies obj with server-side apply when its content differs from
+// what was last written. The object is complete before it is sent: a write
+// either lands whole or not at all.
+func (e *Exporter) publish(ctx context.Context, obj *v1alpha2.NodeResourceTopology) (bool, error) {
+	e.mu.Lock()
+	same := e.lastPublished != nil && reflect.DeepEqual(e.lastPublished.Zones, obj.Zones) && reflect.DeepEqual(e.lastPublished.Attributes, obj.Attributes)
+	e.mu.Unlock()
+	if same {
+		return false, nil
+	}
+	body, err := json.Marshal(obj)
+	if err != nil {
+		return false, err
+	}
+	force := true
+	if _, err := e.nrt.TopologyV1alpha2().NodeResourceTopologies().Patch(ctx, obj.Name, types.ApplyPatchType, body,
+		metav1.PatchOptions{FieldManager: FieldManager, Force: &force}); err != nil {
+		return false, fmt.Errorf("applying NodeResourceTopology %s: %w", obj.Name, err)
+	}
+	e.mu.Lock()
+	e.lastPublished = obj
+	e.mu.Unlock()
+	return true, nil
+}
+
+// Forget drops the memory of the last write, so the next sync writes again
+// (after someone deleted or garbled the object).
+func (e *Exporter) Forget() {
+	e.mu.Lock()
+	e.lastPublished = nil
+	e.mu.Unlock()
+}
+
+func (e *Exporter) verifyPods(ctx context.Context, snap podresources.Snapshot) {
+	e.mu.Lock()
+	v := e.verifier
+	e.mu.Unlock()
+	if v == nil || e.podLister == nil {
+		return
+	}
+	for _, p := range snap.Pods {
+		pod, err := e.podLister.Pods(p.Namespace).Get(p.Name)
+		if err != nil {
+			continue // the informer has not seen it yet; the next sync will
+		}
+		verdict, ok := v.Verify(PodView{Namespace: p.Namespace, Name: p.Name, Devices: p.Devices, Annotations: pod.Annotations})
+		if !ok {
+			continue
+		}
+		value := annotations.Marshal(verdict.Observed)
+		if pod.Annotations[annotations.ObservedKey] == value {
+			continue
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annotations.ObservedKey: value}}})
+		if _, err := e.kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+			klog.ErrorS(err, "Writing the observed placement", "pod", klog.KObj(pod))
+			continue
+		}
+		for _, prob := range verdict.Problems {
+			klog.InfoS("Pod device problem", "pod", klog.KObj(pod), "problem", prob)
+		}
+		if !verdict.RDMA {
+			continue
+		}
+		aligned := fmt.Sprint(verdict.Observed.Aligned)
+		e.metrics.Verifications.WithLabelValues(verdict.Observed.Level, aligned).Inc()
+		if verdict.Observed.Aligned {
+			e.recorder.Event(pod, corev1.EventTypeNormal, "Aligned", verdict.Message())
+		} else {
+			e.recorder.Event(pod, corev1.EventTypeWarning, "Misaligned", verdict.Message())
+		}
+	}
+}
