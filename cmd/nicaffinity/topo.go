@@ -11,8 +11,8 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/pkg/profiles"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/ncclxml"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/ncclxml"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/nvmlgpu"
 )
 
@@ -24,7 +24,6 @@ type topoOptions struct {
 	output    string
 	list      bool
 }
-
 
 func newTopoCommand() *cobra.Command {
 	o := &topoOptions{}

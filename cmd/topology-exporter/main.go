@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -48,6 +49,7 @@ type options struct {
 	maxLevel       string
 	nvml           string
 	gomaxprocs     int
+	out            io.Writer
 }
 
 func main() {
@@ -57,9 +59,10 @@ func main() {
 	}
 }
 
-func newCommand() *cobra.Command {
+func newCommand() *cobra.Command { return commandFor(&options{out: os.Stdout}) }
+
+func commandFor(o *options) *cobra.Command {
 	def := exporter.DefaultConfig("")
-	o := &options{}
 	cmd := &cobra.Command{
 		Use:           "topology-exporter",
 		Short:         "Publish this node's GPU-NIC topology as a NodeResourceTopology",
@@ -170,7 +173,7 @@ func (o *options) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		_, err = os.Stdout.Write(out)
+		_, err = o.out.Write(out)
 		return err
 	}
 	rc, err := restConfig(o.kubeconfig)
@@ -187,7 +190,7 @@ func (o *options) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	exp := exporter.New(cfg, disc, src, kube, nrtc, nil)
+	exp := exporter.New(cfg, disc, src, kube, exporter.ApplyPublisher{Client: nrtc}, nil)
 	if o.oneshot {
 		return exp.Sync(ctx)
 	}

@@ -73,13 +73,36 @@ type DiscovererFunc func() (*topology.Topology, error)
 // Discover calls f.
 func (f DiscovererFunc) Discover() (*topology.Topology, error) { return f() }
 
+// Publisher writes a complete NodeResourceTopology.
+type Publisher interface {
+	Publish(ctx context.Context, obj *v1alpha2.NodeResourceTopology) error
+}
+
+// ApplyPublisher writes with server-side apply under FieldManager, forcing
+// ownership: the exporter is the only writer of its node's object.
+type ApplyPublisher struct {
+	Client nrtclient.Interface
+}
+
+// Publish applies obj whole.
+func (p ApplyPublisher) Publish(ctx context.Context, obj *v1alpha2.NodeResourceTopology) error {
+	body, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	force := true
+	_, err = p.Client.TopologyV1alpha2().NodeResourceTopologies().Patch(ctx, obj.Name, types.ApplyPatchType, body,
+		metav1.PatchOptions{FieldManager: FieldManager, Force: &force})
+	return err
+}
+
 // Exporter is one node's publisher.
 type Exporter struct {
 	cfg      Config
 	discover Discoverer
 	source   podresources.Source
 	kube     kubernetes.Interface
-	nrt      nrtclient.Interface
+	pub      Publisher
 	metrics  *Metrics
 	recorder record.EventRecorder
 
@@ -94,12 +117,12 @@ type Exporter struct {
 	podLister     corelisters.PodLister
 }
 
-// New builds an exporter. kube and nrt may be nil with Config for --no-publish use (Build only).
-func New(cfg Config, d Discoverer, src podresources.Source, kube kubernetes.Interface, nrtc nrtclient.Interface, m *Metrics) *Exporter {
+// New builds an exporter. kube and pub may be nil for --no-publish use (Build only).
+func New(cfg Config, d Discoverer, src podresources.Source, kube kubernetes.Interface, pub Publisher, m *Metrics) *Exporter {
 	if m == nil {
 		m = NewMetrics()
 	}
-	return &Exporter{cfg: cfg, discover: d, source: src, kube: kube, nrt: nrtc, metrics: m, trigger: make(chan struct{}, 1)}
+	return &Exporter{cfg: cfg, discover: d, source: src, kube: kube, pub: pub, metrics: m, trigger: make(chan struct{}, 1)}
 }
 
 // Ready reports whether a first object has been published.
@@ -158,7 +181,7 @@ func (e *Exporter) Trigger() {
 // Run publishes until ctx ends: on pod events of this node (debounced to one
 // write per MinWriteInterval), every ResyncPeriod, and after errors with backoff.
 func (e *Exporter) Run(ctx context.Context) error {
-	if e.kube == nil || e.nrt == nil {
+	if e.kube == nil || e.pub == nil {
 		return errors.New("exporter: Run needs Kubernetes clients")
 	}
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
@@ -284,13 +307,7 @@ func (e *Exporter) publish(ctx context.Context, obj *v1alpha2.NodeResourceTopolo
 	if same {
 		return false, nil
 	}
-	body, err := json.Marshal(obj)
-	if err != nil {
-		return false, err
-	}
-	force := true
-	if _, err := e.nrt.TopologyV1alpha2().NodeResourceTopologies().Patch(ctx, obj.Name, types.ApplyPatchType, body,
-		metav1.PatchOptions{FieldManager: FieldManager, Force: &force}); err != nil {
+	if err := e.pub.Publish(ctx, obj); err != nil {
 		return false, fmt.Errorf("applying NodeResourceTopology %s: %w", obj.Name, err)
 	}
 	e.mu.Lock()

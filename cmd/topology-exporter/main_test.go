@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
+	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+)
+
+// TestNoPublish is what a user checking a node by hand runs: the object as
+// YAML on stdout, read from a sysfs tree and a (test) kubelet socket.
+func TestNoPublish(t *testing.T) {
+	tree := sysfstest.New(t.TempDir())
+	sysfstest.DGXA100(tree)
+	if err := tree.Err(); err != nil {
+		t.Fatal(err)
+	}
+	kubelet := podresourcestest.New(filepath.Join(t.TempDir(), "kubelet.sock"))
+	kubelet.SetAllocatable([]podresources.Device{{Resource: "nvidia.com/gpu", ID: "0000:07:00.0"}})
+	if err := kubelet.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer kubelet.Stop()
+	var out bytes.Buffer
+	cmd := commandFor(&options{out: &out})
+	cmd.SetArgs([]string{"--node-name=dgx1", "--sysfs-root=" + tree.Root, "--podresources-socket=" + kubelet.Socket,
+		"--no-publish", "--nvml=off", "--kubelet-config=" + filepath.Join(t.TempDir(), "absent.yaml")})
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var obj v1alpha2.NodeResourceTopology
+	if err := yaml.UnmarshalStrict(out.Bytes(), &obj); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if obj.Name != "dgx1" || len(obj.Zones) == 0 {
+		t.Fatalf("object %+v", obj)
+	}
+	if !strings.Contains(out.String(), "name: nic-mlx5_8") || !strings.Contains(out.String(), "name: gpu-7") {
+		t.Errorf("zones missing:\n%s", out.String())
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	for args, want := range map[string]string{
+		"--nvml=sometimes":   "--nvml",
+		"--max-level=near":   "--max-level",
+		"--resync-period=0s": "must be positive",
+		"--node-name=":       "--node-name",
+	} {
+		cmd := newCommand()
+		base := []string{"--node-name=n", "--no-publish"}
+		cmd.SetArgs(append(base, args))
+		err := cmd.ExecuteContext(context.Background())
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error = %v, want %q", args, err, want)
+		}
+	}
+}

@@ -1,0 +1,201 @@
+package exporter
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+)
+
+// h20 is the H20 fixture: pairs of GPUs with two (GPU6/7: three) PIX NICs;
+// mlx5_2 down; one VF of mlx5_6 enabled.
+func h20(t *testing.T) (discovery.Host, *topology.Topology) {
+	t.Helper()
+	tree := sysfstest.New(t.TempDir())
+	sysfstest.H20(tree)
+	tree.WriteFile("class/infiniband/mlx5_2/ports/1/state", "1: DOWN")
+	vf := "pci0000:b0/0000:b0:01.0/0000:b1:00.0/0000:b2:08.0/0000:b8:00.2"
+	tree.PCI(vf, sysfstest.Func{Vendor: sysfstest.VendorMellanox, Device: 0x101e, Class: sysfstest.ClassEther, NUMA: 1})
+	tree.SRIOV("pci0000:b0/0000:b0:01.0/0000:b1:00.0/0000:b2:08.0/0000:b8:00.0", 8, vf)
+	if err := tree.Err(); err != nil {
+		t.Fatal(err)
+	}
+	d := discovery.Host{SysfsRoot: tree.Root, NVMLMode: discovery.NVMLOff}
+	topo, err := d.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, topo
+}
+
+func gpu(topo *topology.Topology, i int) podresources.Device {
+	return podresources.Device{Resource: "nvidia.com/gpu", ID: topo.GPUs[i].PCI.Address}
+}
+
+func TestVerify(t *testing.T) {
+	_, topo := h20(t)
+	v := NewVerifier("n1", topo, nrt.DefaultResources(), []string{"rdma/"}, topology.LevelPXB)
+	hca := podresources.Device{Resource: "rdma/hca", ID: "hca"}
+	vf := podresources.Device{Resource: "openshift.io/sriov_highnet", ID: "0000:b8:00.2"}
+	plan := func(gpus ...string) map[string]string {
+		return map[string]string{annotations.AllocationKey: annotations.Marshal(annotations.Allocation{Node: "n1", GPUs: gpus})}
+	}
+	tests := []struct {
+		name        string
+		pod         PodView
+		wantLevel   string
+		wantNICs    []string
+		wantAligned bool
+		wantPlan    string
+		wantRDMA    bool
+		wantProblem string
+	}{
+		{name: "shared RDMA, own switch", pod: PodView{Devices: []podresources.Device{gpu(topo, 0), gpu(topo, 1), hca}},
+			wantLevel: "PIX", wantNICs: []string{"mlx5_0"}, wantAligned: true, wantPlan: "none", wantRDMA: true},
+		{name: "own NICs: one down, one up", pod: PodView{Devices: []podresources.Device{gpu(topo, 2), hca}},
+			wantLevel: "PIX", wantNICs: []string{"mlx5_3"}, wantAligned: true, wantPlan: "none", wantRDMA: true},
+		{name: "VF of a far NIC", pod: PodView{Devices: []podresources.Device{gpu(topo, 0), vf}},
+			wantLevel: "SYS", wantNICs: []string{"mlx5_6"}, wantAligned: false, wantPlan: "none", wantRDMA: true},
+		{name: "VF next to the GPU", pod: PodView{Devices: []podresources.Device{gpu(topo, 7), vf}},
+			wantLevel: "PIX", wantNICs: []string{"mlx5_6"}, wantAligned: true, wantPlan: "none", wantRDMA: true},
+		{name: "max-level PIX annotation, NODE reached", pod: PodView{Devices: []podresources.Device{gpu(topo, 4), vf}, Annotations: map[string]string{annotations.MaxLevel: "NODE"}},
+			wantLevel: "NODE", wantNICs: []string{"mlx5_6"}, wantAligned: true, wantPlan: "none", wantRDMA: true},
+		{name: "rdma annotation without a resource", pod: PodView{Devices: []podresources.Device{gpu(topo, 5)}, Annotations: map[string]string{annotations.RDMA: "true"}},
+			wantLevel: "PIX", wantNICs: []string{"mlx5_4"}, wantAligned: true, wantPlan: "none", wantRDMA: true},
+		{name: "no RDMA", pod: PodView{Devices: []podresources.Device{gpu(topo, 3)}}, wantAligned: true, wantPlan: "none"},
+		{name: "plan matched", pod: PodView{Devices: []podresources.Device{gpu(topo, 0), hca}, Annotations: plan(topo.GPUs[0].PCI.Address)},
+			wantLevel: "PIX", wantNICs: []string{"mlx5_0"}, wantAligned: true, wantPlan: "matched", wantRDMA: true},
+		{name: "plan differs", pod: PodView{Devices: []podresources.Device{gpu(topo, 0), hca}, Annotations: plan(topo.GPUs[1].PCI.Address)},
+			wantLevel: "PIX", wantNICs: []string{"mlx5_0"}, wantAligned: true, wantPlan: "differs", wantRDMA: true},
+		{name: "unknown GPU ID", pod: PodView{Devices: []podresources.Device{gpu(topo, 0), {Resource: "nvidia.com/gpu", ID: "GPU-ghost"}}},
+			wantAligned: true, wantPlan: "none", wantProblem: `"GPU-ghost" is no GPU of this node`},
+		{name: "garbled max-level", pod: PodView{Devices: []podresources.Device{gpu(topo, 0), hca}, Annotations: map[string]string{annotations.MaxLevel: "close"}},
+			wantLevel: "PIX", wantNICs: []string{"mlx5_0"}, wantAligned: true, wantPlan: "none", wantRDMA: true, wantProblem: "nicaffinity.io/max-level"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := v.Verify(tc.pod)
+			if !ok {
+				t.Fatal("pod with GPUs not verified")
+			}
+			o := got.Observed
+			if o.Level != tc.wantLevel || strings.Join(o.NICs, ",") != strings.Join(tc.wantNICs, ",") || o.Aligned != tc.wantAligned || o.Plan != tc.wantPlan || got.RDMA != tc.wantRDMA {
+				t.Errorf("got level %q NICs %v aligned %v plan %q rdma %v; want %q %v %v %q %v", o.Level, o.NICs, o.Aligned, o.Plan, got.RDMA, tc.wantLevel, tc.wantNICs, tc.wantAligned, tc.wantPlan, tc.wantRDMA)
+			}
+			if tc.wantProblem != "" && !strings.Contains(strings.Join(got.Problems, "\n"), tc.wantProblem) {
+				t.Errorf("problems %v lack %q", got.Problems, tc.wantProblem)
+			}
+		})
+	}
+	if _, ok := v.Verify(PodView{Devices: []podresources.Device{{Resource: "rdma/hca", ID: "hca"}}}); ok {
+		t.Error("a pod without GPUs was verified")
+	}
+}
+
+// TestRun drives the loop with fake clients and a real gRPC podresources
+// server: the object appears, follows an allocation, and a burst of triggers
+// is folded into few writes.
+func TestRun(t *testing.T) {
+	disc, topo := h20(t)
+	kubelet := podresourcestest.New(filepath.Join(t.TempDir(), "kubelet.sock"))
+	var offered []podresources.Device
+	for i := range topo.GPUs {
+		offered = append(offered, gpu(topo, i))
+	}
+	kubelet.SetAllocatable(offered)
+	if err := kubelet.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer kubelet.Stop()
+	src, err := podresources.Dial(kubelet.Socket, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: "n1"}}
+	kube := kubefake.NewClientset(pod)
+	pub := &memoryPublisher{}
+	cfg := DefaultConfig("n1")
+	cfg.MinWriteInterval = 200 * time.Millisecond
+	exp := New(cfg, disc, src, kube, pub, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- exp.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+
+	available := func(zone string) string {
+		obj := pub.last()
+		if obj == nil {
+			return "none"
+		}
+		for _, z := range obj.Zones {
+			if z.Name == zone && len(z.Resources) > 0 {
+				return z.Resources[0].Available.String()
+			}
+		}
+		return "absent"
+	}
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+	}
+	poll("the first object", func() bool { return available("gpu-0") == "1" && exp.Ready() })
+	kubelet.SetPod("default", "p", []podresources.Device{gpu(topo, 0), {Resource: "rdma/hca", ID: "hca"}})
+	before := testutil.ToFloat64(exp.Metrics().Publishes.WithLabelValues("written"))
+	for i := 0; i < 50; i++ {
+		exp.Trigger()
+	}
+	poll("GPU 0 taken", func() bool { return available("gpu-0") == "0" })
+	poll("the observed annotation", func() bool {
+		p, err := kube.CoreV1().Pods("default").Get(ctx, "p", metav1.GetOptions{})
+		return err == nil && strings.Contains(p.Annotations[annotations.ObservedKey], `"aligned":true`)
+	})
+	time.Sleep(3 * cfg.MinWriteInterval)
+	if writes := testutil.ToFloat64(exp.Metrics().Publishes.WithLabelValues("written")) - before; writes != 1 {
+		t.Errorf("50 triggers and one change made %v writes, want 1", writes)
+	}
+}
+
+// memoryPublisher keeps what would have been applied. (Server-side apply
+// itself is exercised against a real apiserver in test/integration.)
+type memoryPublisher struct {
+	mu  sync.Mutex
+	obj *v1alpha2.NodeResourceTopology
+}
+
+func (m *memoryPublisher) Publish(_ context.Context, obj *v1alpha2.NodeResourceTopology) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.obj = obj.DeepCopy()
+	return nil
+}
+
+func (m *memoryPublisher) last() *v1alpha2.NodeResourceTopology {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.obj
+}
