@@ -17,10 +17,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -32,6 +32,13 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
+
+// eventScheme knows core/v1 alone, which is all the events refer to.
+var eventScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(corev1.AddToScheme(s))
+	return s
+}()
 
 // FieldManager is the server-side apply field manager of the exporter.
 const FieldManager = "nicaffinity-topology-exporter"
@@ -101,7 +108,9 @@ type Exporter struct {
 	cfg      Config
 	discover Discoverer
 	source   podresources.Source
-	kube     kubernetes.Interface
+	// kube is only the core/v1 client: the exporter needs pods and events,
+	// and the full clientset with every API group would triple its memory.
+	kube     typedcorev1.CoreV1Interface
 	pub      Publisher
 	metrics  *Metrics
 	recorder record.EventRecorder
@@ -118,7 +127,7 @@ type Exporter struct {
 }
 
 // New builds an exporter. kube and pub may be nil for --no-publish use (Build only).
-func New(cfg Config, d Discoverer, src podresources.Source, kube kubernetes.Interface, pub Publisher, m *Metrics) *Exporter {
+func New(cfg Config, d Discoverer, src podresources.Source, kube typedcorev1.CoreV1Interface, pub Publisher, m *Metrics) *Exporter {
 	if m == nil {
 		m = NewMetrics()
 	}
@@ -185,26 +194,36 @@ func (e *Exporter) Run(ctx context.Context) error {
 		return errors.New("exporter: Run needs Kubernetes clients")
 	}
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: e.kube.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: e.kube.Events("")})
 	defer broadcaster.Shutdown()
-	e.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager, Host: e.cfg.NodeName})
+	e.recorder = broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: FieldManager, Host: e.cfg.NodeName})
 
-	factory := informers.NewSharedInformerFactoryWithOptions(e.kube, e.cfg.ResyncPeriod,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", e.cfg.NodeName).String()
-		}))
-	pods := factory.Core().V1().Pods()
-	if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	selector := fields.OneTermEqualSelector("spec.nodeName", e.cfg.NodeName).String()
+	// The wrapper lets the reflector see whether the client can stream
+	// watch-list (fakes cannot), as client-go's generated informers do.
+	informer := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return e.kube.Pods(metav1.NamespaceAll).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return e.kube.Pods(metav1.NamespaceAll).Watch(ctx, o)
+		},
+	}, e.kube), &corev1.Pod{}, e.cfg.ResyncPeriod, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { e.Trigger() },
 		UpdateFunc: func(old, cur any) { e.podChanged(old, cur) },
 		DeleteFunc: func(any) { e.Trigger() },
 	}); err != nil {
 		return err
 	}
-	e.podLister = pods.Lister()
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	factory.WaitForCacheSync(ctx.Done())
+	e.mu.Lock()
+	e.podLister = corelisters.NewPodLister(informer.GetIndexer())
+	e.mu.Unlock()
+	// Publishing does not wait for the pod cache: the informer only adds
+	// triggers and the pods to verify, and its first listing triggers a sync.
+	go informer.RunWithContext(ctx)
 
 	resync := time.NewTicker(e.cfg.ResyncPeriod)
 	defer resync.Stop()
@@ -326,13 +345,13 @@ func (e *Exporter) Forget() {
 
 func (e *Exporter) verifyPods(ctx context.Context, snap podresources.Snapshot) {
 	e.mu.Lock()
-	v := e.verifier
+	v, lister := e.verifier, e.podLister
 	e.mu.Unlock()
-	if v == nil || e.podLister == nil {
+	if v == nil || lister == nil {
 		return
 	}
 	for _, p := range snap.Pods {
-		pod, err := e.podLister.Pods(p.Namespace).Get(p.Name)
+		pod, err := lister.Pods(p.Namespace).Get(p.Name)
 		if err != nil {
 			continue // the informer has not seen it yet; the next sync will
 		}
@@ -345,7 +364,7 @@ func (e *Exporter) verifyPods(ctx context.Context, snap podresources.Snapshot) {
 			continue
 		}
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annotations.ObservedKey: value}}})
-		if _, err := e.kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+		if _, err := e.kube.Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
 			klog.ErrorS(err, "Writing the observed placement", "pod", klog.KObj(pod))
 			continue
 		}

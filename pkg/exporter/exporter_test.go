@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
@@ -134,7 +135,7 @@ func TestRun(t *testing.T) {
 	pub := &memoryPublisher{}
 	cfg := DefaultConfig("n1")
 	cfg.MinWriteInterval = 200 * time.Millisecond
-	exp := New(cfg, disc, src, kube, pub, nil)
+	exp := New(cfg, disc, src, fakeCore{kube.CoreV1()}, pub, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- exp.Run(ctx) }()
@@ -199,3 +200,9 @@ func (m *memoryPublisher) last() *v1alpha2.NodeResourceTopology {
 	defer m.mu.Unlock()
 	return m.obj
 }
+
+// fakeCore tells the reflector, as the fake Clientset itself does, that the
+// fake cannot stream watch-lists.
+type fakeCore struct{ typedcorev1.CoreV1Interface }
+
+func (fakeCore) IsWatchListSemanticsUnSupported() bool { return true }

@@ -70,7 +70,7 @@ func startExporter(t *testing.T, resync time.Duration) *exporterEnv {
 	cfg := exporter.DefaultConfig(node)
 	cfg.ResyncPeriod = resync
 	cfg.MaxBackoff = 2 * time.Second
-	exp := exporter.New(cfg, disc, src, env.cp.Kube, exporter.ApplyPublisher{Client: env.cp.NRT}, nil)
+	exp := exporter.New(cfg, disc, src, env.cp.Kube.CoreV1(), exporter.ApplyPublisher{Client: env.cp.NRT}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	env.cancel, env.done = cancel, make(chan error, 1)
 	go func() { env.done <- exp.Run(ctx) }()
