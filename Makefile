@@ -19,7 +19,7 @@ vet:
 	$(GO) vet ./...
 
 # Packages that start an apiserver run without -race: a race build of
-# k8s.io/kubernetes costs another cold build (docs/testing.md); the exporter's
+# k8s.io/kubernetes costs another cold build (see BUILD facts in docs/exporter.md); the exporter's
 # concurrent loop is race-tested in pkg/exporter with fakes at the edges.
 APISERVER_PKGS := ./internal/controlplane/... ./test/...
 test: vet
@@ -40,7 +40,10 @@ fuzz:
 	  ./pkg/topology:FuzzNormalizeBusID \
 	  ./pkg/topology:FuzzCPUListFromMask \
 	  ./pkg/topology/ncclxml:FuzzParse \
-	  ./pkg/topology/sysfs:FuzzReadAttributes ; do \
+	  ./pkg/topology/sysfs:FuzzReadAttributes \
+	  ./pkg/podresources:FuzzFromResponses \
+	  ./pkg/annotations:FuzzParseAllocation \
+	  ./pkg/annotations:FuzzParseMaxLevel ; do \
 	  pkg=$${spec%%:*}; fn=$${spec##*:}; \
 	  echo "== $$pkg $$fn"; $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg; \
 	done
