@@ -19,7 +19,7 @@ vet:
 	$(GO) vet ./...
 
 # Packages that start an apiserver run without -race: a race build of
-# k8s.io/kubernetes costs another cold build (see BUILD facts in docs/exporter.md); the exporter's
+# k8s.io/kubernetes costs another cold build of several minutes; the exporter's
 # concurrent loop is race-tested in pkg/exporter with fakes at the edges.
 APISERVER_PKGS := ./internal/controlplane/... ./test/...
 test: vet
