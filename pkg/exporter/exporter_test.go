@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -186,11 +187,17 @@ func TestRun(t *testing.T) {
 type memoryPublisher struct {
 	mu  sync.Mutex
 	obj *v1alpha2.NodeResourceTopology
+	// refuse makes the next writes fail, as an apiserver refusing them.
+	refuse int
 }
 
 func (m *memoryPublisher) Publish(_ context.Context, obj *v1alpha2.NodeResourceTopology) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.refuse > 0 {
+		m.refuse--
+		return errors.New("the server is currently unable to handle the request")
+	}
 	m.obj = obj.DeepCopy()
 	return nil
 }
@@ -206,3 +213,39 @@ func (m *memoryPublisher) last() *v1alpha2.NodeResourceTopology {
 type fakeCore struct{ typedcorev1.CoreV1Interface }
 
 func (fakeCore) IsWatchListSemanticsUnSupported() bool { return true }
+
+// TestRunRetriesRefusedWrites: the apiserver refuses the first writes; the
+// exporter retries with backoff and publishes without any new trigger.
+func TestRunRetriesRefusedWrites(t *testing.T) {
+	disc, topo := h20(t)
+	kubelet := podresourcestest.New(filepath.Join(t.TempDir(), "kubelet.sock"))
+	kubelet.SetAllocatable([]podresources.Device{gpu(topo, 0)})
+	if err := kubelet.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer kubelet.Stop()
+	src, err := podresources.Dial(kubelet.Socket, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	pub := &memoryPublisher{refuse: 3}
+	cfg := DefaultConfig("n1")
+	cfg.MinWriteInterval = 50 * time.Millisecond
+	exp := New(cfg, disc, src, fakeCore{kubefake.NewClientset().CoreV1()}, pub, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- exp.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return pub.last() != nil, nil
+	}); err != nil {
+		t.Fatalf("never published after refused writes: %v", err)
+	}
+	if got := testutil.ToFloat64(exp.Metrics().Publishes.WithLabelValues("error")); got != 3 {
+		t.Errorf("error count %v, want 3", got)
+	}
+}
