@@ -1,0 +1,251 @@
+package nrt
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	"github.com/k8stopologyawareschedwg/podfingerprint"
+
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+)
+
+// MaxGPUs is the most GPUs a compiled node may have: GPU sets are uint64 masks.
+const MaxGPUs = 64
+
+// GPUSet is a set of GPUs by position in Compiled.GPUs.
+type GPUSet uint64
+
+// Count is the number of GPUs in the set.
+func (s GPUSet) Count() int {
+	n := 0
+	for v := uint64(s); v != 0; v &= v - 1 {
+		n++
+	}
+	return n
+}
+
+// Compiled is a NodeResourceTopology reduced to what the scheduler plugin
+// decides on, built once when the object changes so Filter and Score do no
+// parsing and no allocation.
+type Compiled struct {
+	Node            string
+	ResourceVersion string
+	Generation      int64
+	Fingerprint     string
+	GPUs            []CompiledGPU
+	NICs            []CompiledNIC
+	// Free are the GPUs the node reports available; Healthy those it offers at all.
+	Free, Healthy GPUSet
+	// Near[l][n] are the GPUs at level l or closer to NIC n (l indexes
+	// topology.Levels: PIX, PXB, PHB, NODE, SYS).
+	Near [5][]GPUSet
+	// AnyNear[l] are the GPUs with some NIC at level l or closer.
+	AnyNear [5]GPUSet
+}
+
+// CompiledGPU is one GPU zone.
+type CompiledGPU struct {
+	Zone  string
+	BusID string
+	UUID  string
+	// Switch is the parent PCIeSwitch zone.
+	Switch string
+	// Level[n] is the level to NICs[n].
+	Level []topology.Level
+}
+
+// CompiledNIC is one NIC zone that is offered (state up).
+type CompiledNIC struct {
+	Zone   string
+	Name   string
+	Switch string
+	// VFs are the free VFs per SR-IOV resource.
+	VFs map[string]int64
+}
+
+// LevelIndex maps PIX..SYS to 0..4; ok is false for others.
+func LevelIndex(l topology.Level) (int, bool) {
+	if l < topology.LevelPIX || l > topology.LevelSYS {
+		return 0, false
+	}
+	return int(l - topology.LevelPIX), true
+}
+
+// Compile checks and reduces an object published under schema 1. Any
+// inconsistency (missing zones, unknown levels, negative counts, a GPU with no
+// NIC costs while NICs exist) is an error naming the zone: the caller treats
+// the node as "topology unknown".
+func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled, error) {
+	if obj == nil {
+		return nil, fmt.Errorf("no object")
+	}
+	c := &Compiled{Node: obj.Name, ResourceVersion: obj.ResourceVersion, Generation: obj.Generation}
+	schema := ""
+	for _, a := range obj.Attributes {
+		switch a.Name {
+		case AttrSchema:
+			schema = a.Value
+		case podfingerprint.Attribute:
+			c.Fingerprint = a.Value
+		}
+	}
+	if schema != SchemaVersion {
+		return nil, fmt.Errorf("attribute %s is %q, want %q (not published by a nicaffinity exporter of this version)", AttrSchema, schema, SchemaVersion)
+	}
+	zones := map[string]*v1alpha2.Zone{}
+	for i := range obj.Zones {
+		z := &obj.Zones[i]
+		if z.Name == "" {
+			return nil, fmt.Errorf("zone %d has no name", i)
+		}
+		if _, dup := zones[z.Name]; dup {
+			return nil, fmt.Errorf("zone %s appears twice", z.Name)
+		}
+		zones[z.Name] = z
+	}
+	nicIndex := map[string]int{}
+	for _, z := range obj.Zones {
+		if z.Type != ZoneNIC {
+			continue
+		}
+		if !strings.HasPrefix(z.Name, PrefixNIC) {
+			return nil, fmt.Errorf("NIC zone %s is not named %s<rdma device>", z.Name, PrefixNIC)
+		}
+		if p, ok := zones[z.Parent]; !ok || p.Type != ZonePCIeSwitch {
+			return nil, fmt.Errorf("NIC zone %s: parent %q is not a PCIeSwitch zone", z.Name, z.Parent)
+		}
+		if state := attrValue(z.Attributes, AttrState); state != "" && state != "ACTIVE" && state != "UNKNOWN" {
+			continue // published as down: not offered
+		}
+		nic := CompiledNIC{Zone: z.Name, Name: strings.TrimPrefix(z.Name, PrefixNIC), Switch: z.Parent}
+		for _, r := range z.Resources {
+			avail, err := count(z.Name, r)
+			if err != nil {
+				return nil, err
+			}
+			if nic.VFs == nil {
+				nic.VFs = map[string]int64{}
+			}
+			nic.VFs[r.Name] = avail
+		}
+		nicIndex[z.Name] = len(c.NICs)
+		c.NICs = append(c.NICs, nic)
+	}
+	for _, z := range obj.Zones {
+		if z.Type != ZoneGPU {
+			continue
+		}
+		if len(c.GPUs) == MaxGPUs {
+			return nil, fmt.Errorf("more than %d GPU zones", MaxGPUs)
+		}
+		if _, err := strconv.Atoi(strings.TrimPrefix(z.Name, PrefixGPU)); err != nil || !strings.HasPrefix(z.Name, PrefixGPU) {
+			return nil, fmt.Errorf("GPU zone %s is not named %s<index>", z.Name, PrefixGPU)
+		}
+		if p, ok := zones[z.Parent]; !ok || p.Type != ZonePCIeSwitch {
+			return nil, fmt.Errorf("GPU zone %s: parent %q is not a PCIeSwitch zone", z.Name, z.Parent)
+		}
+		g := CompiledGPU{Zone: z.Name, BusID: attrValue(z.Attributes, AttrPCIBusID), UUID: attrValue(z.Attributes, AttrUUID), Switch: z.Parent, Level: make([]topology.Level, len(c.NICs))}
+		for n := range g.Level {
+			g.Level[n] = topology.LevelSYS + 1 // no cost given: unreachable
+		}
+		seen := 0
+		for _, cost := range z.Costs {
+			if !strings.HasPrefix(cost.Name, PrefixNIC) {
+				continue
+			}
+			l, ok := LevelOf(cost.Value)
+			if !ok || l == topology.LevelNV {
+				return nil, fmt.Errorf("GPU zone %s: cost %d to %s is not a PCIe level", z.Name, cost.Value, cost.Name)
+			}
+			if n, ok := nicIndex[cost.Name]; ok {
+				g.Level[n] = l
+				seen++
+			} else if _, exists := zones[cost.Name]; !exists {
+				return nil, fmt.Errorf("GPU zone %s: cost to %s, which is no zone", z.Name, cost.Name)
+			}
+		}
+		if seen == 0 && len(c.NICs) > 0 {
+			return nil, fmt.Errorf("GPU zone %s has no costs to the node's NICs", z.Name)
+		}
+		free, offered := int64(0), int64(0)
+		found := false
+		for _, r := range z.Resources {
+			if r.Name != gpuResource {
+				continue
+			}
+			avail, err := count(z.Name, r)
+			if err != nil {
+				return nil, err
+			}
+			free, offered, found = avail, r.Allocatable.Value(), true
+		}
+		if !found {
+			return nil, fmt.Errorf("GPU zone %s has no %s resource", z.Name, gpuResource)
+		}
+		bit := GPUSet(1) << len(c.GPUs)
+		if free > 0 {
+			c.Free |= bit
+		}
+		if offered > 0 {
+			c.Healthy |= bit
+		}
+		c.GPUs = append(c.GPUs, g)
+	}
+	if len(c.GPUs) == 0 {
+		return nil, fmt.Errorf("no GPU zones")
+	}
+	// GPU zones in index order, whatever order the object lists them in.
+	order := make([]int, len(c.GPUs))
+	for i := range order {
+		order[i] = i
+	}
+	idx := func(i int) int { n, _ := strconv.Atoi(strings.TrimPrefix(c.GPUs[i].Zone, PrefixGPU)); return n }
+	sort.SliceStable(order, func(a, b int) bool { return idx(order[a]) < idx(order[b]) })
+	gpus := make([]CompiledGPU, len(c.GPUs))
+	var free, healthy GPUSet
+	for to, from := range order {
+		gpus[to] = c.GPUs[from]
+		if c.Free&(1<<from) != 0 {
+			free |= 1 << to
+		}
+		if c.Healthy&(1<<from) != 0 {
+			healthy |= 1 << to
+		}
+	}
+	c.GPUs, c.Free, c.Healthy = gpus, free, healthy
+	for li, l := range topology.Levels {
+		c.Near[li] = make([]GPUSet, len(c.NICs))
+		for n := range c.NICs {
+			for g := range c.GPUs {
+				if c.GPUs[g].Level[n] <= l {
+					c.Near[li][n] |= 1 << g
+				}
+			}
+			c.AnyNear[li] |= c.Near[li][n]
+		}
+	}
+	return c, nil
+}
+
+func count(zone string, r v1alpha2.ResourceInfo) (int64, error) {
+	capacity, alloc, avail := r.Capacity.Value(), r.Allocatable.Value(), r.Available.Value()
+	if capacity < 0 || alloc < 0 || avail < 0 {
+		return 0, fmt.Errorf("zone %s: resource %s has a negative count", zone, r.Name)
+	}
+	if avail > alloc || alloc > capacity {
+		return 0, fmt.Errorf("zone %s: resource %s has available %d > allocatable %d or allocatable > capacity %d", zone, r.Name, avail, alloc, capacity)
+	}
+	return avail, nil
+}
+
+func attrValue(list v1alpha2.AttributeList, name string) string {
+	for _, a := range list {
+		if a.Name == name {
+			return a.Value
+		}
+	}
+	return ""
+}

@@ -1,0 +1,75 @@
+// Package nrttest builds NodeResourceTopology objects for tests: from the
+// fixture machines through the real exporter schema, or by hand.
+package nrttest
+
+import (
+	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+)
+
+// Builder builds an object by hand.
+type Builder struct{ obj *v1alpha2.NodeResourceTopology }
+
+// MakeNRT starts an object for node with the schema attribute set.
+func MakeNRT(node string) *Builder {
+	return &Builder{obj: &v1alpha2.NodeResourceTopology{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha2.SchemeGroupVersion.String(), Kind: "NodeResourceTopology"},
+		ObjectMeta: metav1.ObjectMeta{Name: node},
+		Attributes: v1alpha2.AttributeList{{Name: nrt.AttrSchema, Value: nrt.SchemaVersion}},
+	}}
+}
+
+// Attr sets a top-level attribute.
+func (b *Builder) Attr(name, value string) *Builder {
+	for i := range b.obj.Attributes {
+		if b.obj.Attributes[i].Name == name {
+			b.obj.Attributes[i].Value = value
+			return b
+		}
+	}
+	b.obj.Attributes = append(b.obj.Attributes, v1alpha2.AttributeInfo{Name: name, Value: value})
+	return b
+}
+
+// Zone appends a zone.
+func (b *Builder) Zone(z v1alpha2.Zone) *Builder {
+	b.obj.Zones = append(b.obj.Zones, z)
+	return b
+}
+
+// Obj returns the object.
+func (b *Builder) Obj() *v1alpha2.NodeResourceTopology { return b.obj }
+
+// Res is a resource with capacity = allocatable and the given available.
+func Res(name string, capacity, available int64) v1alpha2.ResourceInfo {
+	return v1alpha2.ResourceInfo{Name: name, Capacity: *resource.NewQuantity(capacity, resource.DecimalSI),
+		Allocatable: *resource.NewQuantity(capacity, resource.DecimalSI), Available: *resource.NewQuantity(available, resource.DecimalSI)}
+}
+
+// Switch is a PCIeSwitch zone under node-0.
+func Switch(name string) v1alpha2.Zone {
+	return v1alpha2.Zone{Name: name, Type: nrt.ZonePCIeSwitch, Parent: "node-0", Attributes: v1alpha2.AttributeList{{Name: nrt.AttrPCIeRoot, Value: "pci0000:00"}}}
+}
+
+// GPU is a GPU zone with its free flag and NIC costs (zone name -> cost).
+func GPU(index int, sw string, free bool, costs map[string]int64) v1alpha2.Zone {
+	avail := int64(0)
+	if free {
+		avail = 1
+	}
+	z := v1alpha2.Zone{Name: nrt.GPUZoneName(index), Type: nrt.ZoneGPU, Parent: sw,
+		Resources: v1alpha2.ResourceInfoList{Res("nvidia.com/gpu", 1, avail)}}
+	for name, c := range costs {
+		z.Costs = append(z.Costs, v1alpha2.CostInfo{Name: name, Value: c})
+	}
+	return z
+}
+
+// NIC is an ACTIVE NIC zone, with VF pools (resource -> capacity, available).
+func NIC(name, sw string, vfs ...v1alpha2.ResourceInfo) v1alpha2.Zone {
+	return v1alpha2.Zone{Name: nrt.NICZoneName(name), Type: nrt.ZoneNIC, Parent: sw,
+		Attributes: v1alpha2.AttributeList{{Name: nrt.AttrState, Value: "ACTIVE"}}, Resources: vfs}
+}
