@@ -44,6 +44,13 @@ type Compiled struct {
 	Near [5][]GPUSet
 	// AnyNear[l] are the GPUs with some NIC at level l or closer.
 	AnyNear [5]GPUSet
+	// BestLevel[g] is GPU g's closest NIC level (LevelSYS+1 with no NIC).
+	BestLevel []topology.Level
+	// SwitchOf[g] indexes Switches; Switches[s] are the GPUs under switch s,
+	// and SwitchHasNIC[s] says whether an offered NIC sits there too.
+	SwitchOf     []int
+	Switches     []GPUSet
+	SwitchHasNIC []bool
 }
 
 // CompiledGPU is one GPU zone.
@@ -216,6 +223,31 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 		}
 	}
 	c.GPUs, c.Free, c.Healthy = gpus, free, healthy
+	c.BestLevel = make([]topology.Level, len(c.GPUs))
+	for g := range c.GPUs {
+		c.BestLevel[g] = topology.LevelSYS + 1
+		for _, l := range c.GPUs[g].Level {
+			c.BestLevel[g] = min(c.BestLevel[g], l)
+		}
+	}
+	switchIndex := map[string]int{}
+	c.SwitchOf = make([]int, len(c.GPUs))
+	for g := range c.GPUs {
+		s, ok := switchIndex[c.GPUs[g].Switch]
+		if !ok {
+			s = len(c.Switches)
+			switchIndex[c.GPUs[g].Switch] = s
+			c.Switches = append(c.Switches, 0)
+			c.SwitchHasNIC = append(c.SwitchHasNIC, false)
+		}
+		c.SwitchOf[g] = s
+		c.Switches[s] |= 1 << g
+	}
+	for _, n := range c.NICs {
+		if s, ok := switchIndex[n.Switch]; ok {
+			c.SwitchHasNIC[s] = true
+		}
+	}
 	for li, l := range topology.Levels {
 		c.Near[li] = make([]GPUSet, len(c.NICs))
 		for n := range c.NICs {

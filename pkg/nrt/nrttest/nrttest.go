@@ -11,7 +11,9 @@ import (
 )
 
 // Builder builds an object by hand.
-type Builder struct{ obj *v1alpha2.NodeResourceTopology }
+type Builder struct {
+	obj *v1alpha2.NodeResourceTopology
+}
 
 // MakeNRT starts an object for node with the schema attribute set.
 func MakeNRT(node string) *Builder {

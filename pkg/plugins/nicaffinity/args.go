@@ -1,0 +1,163 @@
+package nicaffinity
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+)
+
+// Args are the plugin's arguments in a KubeSchedulerConfiguration
+// (kubescheduler.config.k8s.io/v1) pluginConfig entry.
+type Args struct {
+	metav1.TypeMeta `json:",inline"`
+	// GPUResourceName is the GPU device-plugin resource. Default nvidia.com/gpu.
+	GPUResourceName string `json:"gpuResourceName,omitempty"`
+	// RDMAResourcePrefixes mark a pod as needing a NIC when it requests a
+	// resource that starts with one of them. Default ["rdma/"].
+	RDMAResourcePrefixes []string `json:"rdmaResourcePrefixes,omitempty"`
+	// SRIOVResourceNames are SR-IOV VF resources: the pod needs free VFs on
+	// NICs next to its GPUs. Default ["openshift.io/sriov_highnet"].
+	SRIOVResourceNames []string `json:"sriovResourceNames,omitempty"`
+	// DefaultMaxLevel applies when the pod has no nicaffinity.io/max-level. Default PXB.
+	DefaultMaxLevel string `json:"defaultMaxLevel,omitempty"`
+	// DefaultPolicy applies when the pod has no nicaffinity.io/policy: required or preferred. Default required.
+	DefaultPolicy string `json:"defaultPolicy,omitempty"`
+	// MissingTopology says what a node without a usable NodeResourceTopology
+	// (none, or one that cannot be read) means for pods with a required
+	// level: Reject (default) or Ignore (the node passes and scores lowest).
+	MissingTopology string `json:"missingTopology,omitempty"`
+	// StaleTopology says what to do while a node's object does not yet count
+	// the pods this scheduler placed there (its pod fingerprint differs):
+	// Reserve (default: subtract what was reserved) or Reject (wait for the object).
+	StaleTopology string `json:"staleTopology,omitempty"`
+	// ReservationTimeout drops a reservation the object never confirmed. Default 2m.
+	ReservationTimeout *metav1.Duration `json:"reservationTimeout,omitempty"`
+	// ScoringStrategy weighs the level, the certainty that the device plugin
+	// hands out aligned GPUs, and packing.
+	ScoringStrategy ScoringStrategy `json:"scoringStrategy,omitempty"`
+}
+
+// ScoringStrategy picks how nodes are scored.
+type ScoringStrategy struct {
+	// Type is Balanced (default: weighted sum) or MostAligned (level first,
+	// then certainty; packing only breaks ties).
+	Type            string `json:"type,omitempty"`
+	LevelWeight     int64  `json:"levelWeight,omitempty"`
+	CertaintyWeight int64  `json:"certaintyWeight,omitempty"`
+	PackingWeight   int64  `json:"packingWeight,omitempty"`
+}
+
+// Policy values of MissingTopology and StaleTopology.
+const (
+	MissingReject = "Reject"
+	MissingIgnore = "Ignore"
+	StaleReserve  = "Reserve"
+	StaleReject   = "Reject"
+)
+
+// SetDefaults fills what is unset.
+func (a *Args) SetDefaults() {
+	if a.GPUResourceName == "" {
+		a.GPUResourceName = "nvidia.com/gpu"
+	}
+	if a.RDMAResourcePrefixes == nil {
+		a.RDMAResourcePrefixes = []string{"rdma/"}
+	}
+	if a.SRIOVResourceNames == nil {
+		a.SRIOVResourceNames = []string{"openshift.io/sriov_highnet"}
+	}
+	if a.DefaultMaxLevel == "" {
+		a.DefaultMaxLevel = "PXB"
+	}
+	if a.DefaultPolicy == "" {
+		a.DefaultPolicy = annotations.PolicyRequired
+	}
+	if a.MissingTopology == "" {
+		a.MissingTopology = MissingReject
+	}
+	if a.StaleTopology == "" {
+		a.StaleTopology = StaleReserve
+	}
+	if a.ReservationTimeout == nil {
+		a.ReservationTimeout = &metav1.Duration{Duration: 2 * time.Minute}
+	}
+	if a.ScoringStrategy.Type == "" {
+		a.ScoringStrategy.Type = StrategyBalanced
+	}
+	if a.ScoringStrategy.LevelWeight == 0 && a.ScoringStrategy.CertaintyWeight == 0 && a.ScoringStrategy.PackingWeight == 0 {
+		a.ScoringStrategy.LevelWeight, a.ScoringStrategy.CertaintyWeight, a.ScoringStrategy.PackingWeight = 3, 2, 1
+	}
+}
+
+// Validate checks defaulted args; every error names its field.
+func (a *Args) Validate() field.ErrorList {
+	var errs field.ErrorList
+	root := field.NewPath("args")
+	if strings.TrimSpace(a.GPUResourceName) == "" {
+		errs = append(errs, field.Required(root.Child("gpuResourceName"), "the GPU resource name"))
+	}
+	for i, p := range a.RDMAResourcePrefixes {
+		if strings.TrimSpace(p) == "" {
+			errs = append(errs, field.Invalid(root.Child("rdmaResourcePrefixes").Index(i), p, "must not be empty"))
+		}
+	}
+	for i, n := range a.SRIOVResourceNames {
+		if !strings.Contains(n, "/") {
+			errs = append(errs, field.Invalid(root.Child("sriovResourceNames").Index(i), n, "must be a full resource name such as openshift.io/sriov_highnet"))
+		}
+	}
+	if _, err := annotations.ParseMaxLevel(a.DefaultMaxLevel); err != nil {
+		errs = append(errs, field.NotSupported(root.Child("defaultMaxLevel"), a.DefaultMaxLevel, []string{"PIX", "PXB", "PHB", "NODE", "SYS"}))
+	}
+	if _, err := annotations.ParsePolicy(a.DefaultPolicy); err != nil {
+		errs = append(errs, field.NotSupported(root.Child("defaultPolicy"), a.DefaultPolicy, []string{annotations.PolicyRequired, annotations.PolicyPreferred}))
+	}
+	if a.MissingTopology != MissingReject && a.MissingTopology != MissingIgnore {
+		errs = append(errs, field.NotSupported(root.Child("missingTopology"), a.MissingTopology, []string{MissingReject, MissingIgnore}))
+	}
+	if a.StaleTopology != StaleReserve && a.StaleTopology != StaleReject {
+		errs = append(errs, field.NotSupported(root.Child("staleTopology"), a.StaleTopology, []string{StaleReserve, StaleReject}))
+	}
+	if a.ReservationTimeout != nil && a.ReservationTimeout.Duration <= 0 {
+		errs = append(errs, field.Invalid(root.Child("reservationTimeout"), a.ReservationTimeout.Duration.String(), "must be positive"))
+	}
+	s := root.Child("scoringStrategy")
+	if _, ok := strategies[a.ScoringStrategy.Type]; !ok {
+		errs = append(errs, field.NotSupported(s.Child("type"), a.ScoringStrategy.Type, strategyNames()))
+	}
+	for name, w := range map[string]int64{"levelWeight": a.ScoringStrategy.LevelWeight, "certaintyWeight": a.ScoringStrategy.CertaintyWeight, "packingWeight": a.ScoringStrategy.PackingWeight} {
+		if w < 0 || w > 100 {
+			errs = append(errs, field.Invalid(s.Child(name), w, "must be between 0 and 100"))
+		}
+	}
+	return errs
+}
+
+// decodeArgs reads the args the framework hands over (raw JSON for
+// out-of-tree plugins), defaults and validates them.
+func decodeArgs(obj runtime.Object) (*Args, error) {
+	args := &Args{}
+	if obj != nil {
+		if err := frameworkruntime.DecodeInto(obj, args); err != nil {
+			return nil, fmt.Errorf("%s args: %w", Name, err)
+		}
+	}
+	args.SetDefaults()
+	if errs := args.Validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("%s args: %w", Name, errs.ToAggregate())
+	}
+	return args, nil
+}
+
+func (a *Args) maxLevel() topology.Level {
+	l, _ := annotations.ParseMaxLevel(a.DefaultMaxLevel)
+	return l
+}

@@ -1,0 +1,307 @@
+package nicaffinity
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	nrtclient "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/generated/clientset/versioned"
+	nrtinformers "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/generated/informers/externalversions"
+	"github.com/k8stopologyawareschedwg/podfingerprint"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+)
+
+// Cache is the plugin's view of NodeResourceTopology objects.
+//
+// Objects are compiled (nrt.Compile) once when they change; View hands out
+// immutable per-node views that Filter and Score read without locking or
+// allocating. The cache also holds what this scheduler reserved and the
+// objects do not show yet: a reservation is dropped when the node's object
+// carries the pod-set fingerprint of the pods the scheduler sees on that node
+// (the exporter counted them), when the pod goes away, or after
+// ReservationTimeout.
+type Cache interface {
+	// View returns the node's view, or nil and why the node has no usable object.
+	View(node string) (*nodeView, string)
+	// Reserve holds GPUs and VFs (per NIC index, per resource) for a pod.
+	Reserve(node string, pod types.UID, gpus nrt.GPUSet, vfs map[int]map[string]int64)
+	// Unreserve drops the pod's reservation.
+	Unreserve(node string, pod types.UID)
+}
+
+type reservation struct {
+	gpus nrt.GPUSet
+	vfs  map[int]map[string]int64
+	at   time.Time
+}
+
+type nodeEntry struct {
+	compiled *nrt.Compiled
+	err      string
+	reserved map[types.UID]reservation
+	view     *nodeView
+}
+
+// store is the cache's state, shared by the informer-backed cache and tests.
+type store struct {
+	mu      sync.RWMutex
+	nodes   map[string]*nodeEntry
+	timeout time.Duration
+	now     func() time.Time
+}
+
+func newStore(timeout time.Duration) *store {
+	return &store{nodes: map[string]*nodeEntry{}, timeout: timeout, now: time.Now}
+}
+
+func (s *store) entry(node string) *nodeEntry {
+	e, ok := s.nodes[node]
+	if !ok {
+		e = &nodeEntry{reserved: map[types.UID]reservation{}}
+		s.nodes[node] = e
+	}
+	return e
+}
+
+// View implements Cache.
+func (s *store) View(node string) (*nodeView, string) {
+	s.mu.RLock()
+	e, ok := s.nodes[node]
+	var v *nodeView
+	var why string
+	expired := false
+	if ok {
+		v, why = e.view, e.err
+		for _, r := range e.reserved {
+			expired = expired || s.now().Sub(r.at) > s.timeout
+		}
+	}
+	s.mu.RUnlock()
+	if expired {
+		s.mu.Lock()
+		s.expire(node)
+		v = s.nodes[node].view
+		s.mu.Unlock()
+	}
+	switch {
+	case !ok || (v == nil && why == ""):
+		return nil, "no NodeResourceTopology for this node"
+	case v == nil:
+		return nil, "NodeResourceTopology cannot be read: " + why
+	}
+	return v, ""
+}
+
+func (s *store) expire(node string) {
+	e := s.nodes[node]
+	for uid, r := range e.reserved {
+		if s.now().Sub(r.at) > s.timeout {
+			klog.InfoS("Dropping a reservation the NodeResourceTopology never confirmed", "node", node, "pod", uid, "age", s.now().Sub(r.at))
+			delete(e.reserved, uid)
+		}
+	}
+	s.rebuild(node)
+}
+
+// set stores a (re)compiled object, or why it could not be compiled.
+func (s *store) set(node string, c *nrt.Compiled, err error, confirmed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.entry(node)
+	e.compiled, e.err = c, ""
+	if err != nil {
+		e.compiled, e.err = nil, err.Error()
+	}
+	if confirmed {
+		e.reserved = map[types.UID]reservation{}
+	}
+	s.rebuild(node)
+}
+
+func (s *store) remove(node string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.nodes[node]; ok {
+		e.compiled, e.err, e.view = nil, "", nil
+	}
+}
+
+// Reserve implements Cache.
+func (s *store) Reserve(node string, pod types.UID, gpus nrt.GPUSet, vfs map[int]map[string]int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.entry(node).reserved[pod] = reservation{gpus: gpus, vfs: vfs, at: s.now()}
+	s.rebuild(node)
+}
+
+// Unreserve implements Cache.
+func (s *store) Unreserve(node string, pod types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.nodes[node]; ok {
+		delete(e.reserved, pod)
+		s.rebuild(node)
+	}
+}
+
+// forgetPod drops a pod's reservations wherever they are.
+func (s *store) forgetPod(pod types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for node, e := range s.nodes {
+		if _, ok := e.reserved[pod]; ok {
+			delete(e.reserved, pod)
+			s.rebuild(node)
+		}
+	}
+}
+
+// rebuild makes a new immutable view: the object's free GPUs and VFs minus reservations.
+func (s *store) rebuild(node string) {
+	e := s.nodes[node]
+	if e.compiled == nil {
+		e.view = nil
+		return
+	}
+	c := e.compiled
+	v := &nodeView{c: c, free: c.Free, vfFree: map[string][]int64{}, stale: len(e.reserved) > 0}
+	for n, nic := range c.NICs {
+		for res, free := range nic.VFs {
+			if v.vfFree[res] == nil {
+				v.vfFree[res] = make([]int64, len(c.NICs))
+			}
+			v.vfFree[res][n] = free
+		}
+	}
+	for _, r := range e.reserved {
+		v.free &^= r.gpus
+		for n, byRes := range r.vfs {
+			for res, k := range byRes {
+				if v.vfFree[res] != nil && n < len(v.vfFree[res]) {
+					v.vfFree[res][n] = max(0, v.vfFree[res][n]-k)
+				}
+			}
+		}
+	}
+	e.view = v
+}
+
+func compileObject(obj interface{}, gpuResource string) (*nrt.Compiled, error) {
+	o, ok := obj.(*v1alpha2.NodeResourceTopology)
+	if !ok {
+		return nil, fmt.Errorf("not a NodeResourceTopology: %T", obj)
+	}
+	return nrt.Compile(o, gpuResource)
+}
+
+// informerCache feeds the store from an NRT informer and the scheduler's pod informer.
+type informerCache struct {
+	*store
+	gpuResource string
+	pods        cache.Indexer
+}
+
+const nodeNameIndex = "nicaffinity.io/spec.nodeName"
+
+func newInformerCache(ctx context.Context, h fwk.Handle, args *Args) (*informerCache, error) {
+	cfg := rest.CopyConfig(h.KubeConfig())
+	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
+	client, err := nrtclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &informerCache{store: newStore(args.ReservationTimeout.Duration), gpuResource: args.GPUResourceName}
+	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()
+	// The fingerprint check lists the pods of one node; an index keeps it
+	// O(pods on the node). If the informer already runs, fall back to a scan.
+	if err := podInformer.AddIndexers(cache.Indexers{nodeNameIndex: func(obj interface{}) ([]string, error) {
+		if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		klog.FromContext(ctx).Info("Pod informer already started; fingerprint checks will scan all pods", "err", err)
+	}
+	c.pods = podInformer.GetIndexer()
+	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj interface{}) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if p, ok := obj.(*v1.Pod); ok {
+				c.forgetPod(p.UID)
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+
+	factory := nrtinformers.NewSharedInformerFactory(client, 0)
+	informer := factory.Topology().V1alpha2().NodeResourceTopologies().Informer()
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { c.update(obj) },
+		UpdateFunc: func(_, obj interface{}) { c.update(obj) },
+		DeleteFunc: func(obj interface{}) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if o, ok := obj.(*v1alpha2.NodeResourceTopology); ok {
+				c.remove(o.Name)
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return nil, fmt.Errorf("NodeResourceTopology informer (%v) did not sync", typ)
+		}
+	}
+	return c, nil
+}
+
+func (c *informerCache) update(obj interface{}) {
+	o, ok := obj.(*v1alpha2.NodeResourceTopology)
+	if !ok {
+		return
+	}
+	compiled, err := nrt.Compile(o, c.gpuResource)
+	if err != nil {
+		klog.InfoS("NodeResourceTopology cannot be read; the node counts as topology unknown", "node", o.Name, "err", err)
+	}
+	confirmed := compiled != nil && compiled.Fingerprint != "" && compiled.Fingerprint == c.fingerprintOf(o.Name)
+	c.set(o.Name, compiled, err, confirmed)
+}
+
+// fingerprintOf computes the pod-set fingerprint of the pods the scheduler
+// sees on a node, as the exporter does from the kubelet's list.
+func (c *informerCache) fingerprintOf(node string) string {
+	objs, err := c.pods.ByIndex(nodeNameIndex, node)
+	if err != nil {
+		objs = nil
+		for _, o := range c.pods.List() {
+			if p, ok := o.(*v1.Pod); ok && p.Spec.NodeName == node {
+				objs = append(objs, p)
+			}
+		}
+	}
+	fp := podfingerprint.NewFingerprint(len(objs))
+	for _, o := range objs {
+		p, ok := o.(*v1.Pod)
+		if !ok || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+			continue
+		}
+		_ = fp.Add(p.Namespace, p.Name)
+	}
+	return fp.Sign()
+}

@@ -1,0 +1,62 @@
+package nicaffinity
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+)
+
+// Filter passes a node when some set of its free GPUs each has a usable NIC
+// at the pod's level or closer (with free VFs where the pod asks for VFs):
+// a joint search over GPUs and NICs, not GPU-first greedy.
+func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	s, err := getState(cycle)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	req := &s.req
+	node := nodeInfo.Node().Name
+	v, why := pl.cache.View(node)
+	if v == nil {
+		if !req.required || !req.rdma || pl.args.MissingTopology == MissingIgnore {
+			return nil
+		}
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
+	}
+	if req.gpus >= len(v.c.GPUs) || !req.rdma || !req.required {
+		return nil
+	}
+	if v.stale && pl.args.StaleTopology == StaleReject {
+		return fwk.NewStatus(fwk.Unschedulable, "NodeResourceTopology has not caught up with pods placed on this node yet")
+	}
+	li := levelIndex(req.maxLevel)
+	if v.feasible(req, li) {
+		return nil
+	}
+	return pl.rejection(v, req, li)
+}
+
+// rejection words why a node failed. Unresolvable when even an empty node
+// could not do it (preemption would not help).
+func (pl *NICAffinity) rejection(v *nodeView, req *request, li int) *fwk.Status {
+	level := topology.Levels[li]
+	free := v.free.Count()
+	near := (v.free & v.c.AnyNear[li]).Count()
+	empty := &nodeView{c: v.c, free: v.c.Healthy, vfFree: v.vfFree}
+	code := fwk.Unschedulable
+	if !empty.feasible(req, li) && len(req.vfs) == 0 {
+		code = fwk.UnschedulableAndUnresolvable
+	}
+	switch {
+	case len(req.vfs) > 0 && near >= req.gpus:
+		return fwk.NewStatus(code, fmt.Sprintf("no free VF of %s on a NIC at %s or closer to %d free GPUs", req.vfs[0].resource, level, req.gpus))
+	case near == 0:
+		return fwk.NewStatus(code, fmt.Sprintf("%d free GPUs, none with a NIC at %s or closer", free, level))
+	default:
+		return fwk.NewStatus(code, fmt.Sprintf("%d free GPUs, %d with a NIC at %s or closer; the pod needs %d", free, near, level, req.gpus))
+	}
+}

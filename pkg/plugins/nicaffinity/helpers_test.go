@@ -1,0 +1,129 @@
+package nicaffinity
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt/nrttest"
+	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+)
+
+// machineNRT publishes a fixture machine's object through the real schema,
+// with the GPUs at positions used taken by a pod.
+func machineNRT(t testing.TB, node string, build func(*sysfstest.Tree), used ...int) *v1alpha2.NodeResourceTopology {
+	t.Helper()
+	tree := sysfstest.New(t.TempDir())
+	build(tree)
+	if err := tree.Err(); err != nil {
+		t.Fatal(err)
+	}
+	topo, err := sysfs.New(sysfs.WithRoot(tree.Root)).Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buildNRT(node, topo, nil, used...)
+}
+
+func buildNRT(node string, topo *topology.Topology, extra []podresources.Device, used ...int) *v1alpha2.NodeResourceTopology {
+	snap := podresources.Snapshot{Allocatable: extra}
+	holder := podresources.Pod{Namespace: "other", Name: "holder"}
+	for i, g := range topo.GPUs {
+		d := podresources.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address}
+		snap.Allocatable = append(snap.Allocatable, d)
+		for _, u := range used {
+			if u == i {
+				holder.Devices = append(holder.Devices, d)
+			}
+		}
+	}
+	snap.Pods = []podresources.Pod{holder}
+	obj, _ := nrt.Build(nrt.Input{Node: node, Topology: topo, Snapshot: snap, Resources: nrt.DefaultResources()})
+	obj.Generation = 7
+	return obj
+}
+
+// handNRT is an 8-GPU node with four switches of two GPUs; only switches 0
+// and 1 hold a NIC (PIX to their GPUs, NODE to the rest).
+func handNRT(node string, free ...int) *v1alpha2.NodeResourceTopology {
+	b := nrttest.MakeNRT(node).Zone(v1alpha2.Zone{Name: "node-0", Type: nrt.ZoneNode})
+	for s := 0; s < 4; s++ {
+		b.Zone(nrttest.Switch(fmt.Sprintf("pcie-%d", s)))
+	}
+	isFree := map[int]bool{}
+	for _, f := range free {
+		isFree[f] = true
+	}
+	for g := 0; g < 8; g++ {
+		costs := map[string]int64{"nic-mlx5_0": 40, "nic-mlx5_1": 40}
+		if g/2 < 2 {
+			costs[fmt.Sprintf("nic-mlx5_%d", g/2)] = 10
+		}
+		z := nrttest.GPU(g, fmt.Sprintf("pcie-%d", g/2), isFree[g], costs)
+		z.Attributes = v1alpha2.AttributeList{{Name: nrt.AttrPCIBusID, Value: fmt.Sprintf("0000:%02x:00.0", 0x10*(g+1))}}
+		b.Zone(z)
+	}
+	b.Zone(nrttest.NIC("mlx5_0", "pcie-0")).Zone(nrttest.NIC("mlx5_1", "pcie-1"))
+	return b.Obj()
+}
+
+func newTestPlugin(t testing.TB, mutate func(*Args), objs ...*v1alpha2.NodeResourceTopology) (*NICAffinity, *store) {
+	t.Helper()
+	args := &Args{}
+	if mutate != nil {
+		mutate(args)
+	}
+	args.SetDefaults()
+	st := newStore(args.ReservationTimeout.Duration)
+	for _, o := range objs {
+		c, err := nrt.Compile(o, args.GPUResourceName)
+		st.set(o.Name, c, err, false)
+	}
+	pl, err := NewWithCache(args, nil, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pl, st
+}
+
+// makePod builds a pod requesting gpus GPUs and the given extra resources.
+func makePod(name string, gpus int64, ann map[string]string, extra ...string) *v1.Pod {
+	limits := v1.ResourceList{}
+	if gpus > 0 {
+		limits["nvidia.com/gpu"] = *resource.NewQuantity(gpus, resource.DecimalSI)
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		limits[v1.ResourceName(extra[i])] = resource.MustParse(extra[i+1])
+	}
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), Annotations: ann},
+		Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Limits: limits, Requests: limits}}}},
+	}
+}
+
+func nodeInfo(name string, gpus int64) fwk.NodeInfo {
+	ni := framework.NewNodeInfo()
+	ni.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
+		"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI),
+	}}})
+	return ni
+}
+
+// preFilter runs PreFilter on a fresh cycle and returns the cycle.
+func preFilter(t testing.TB, pl *NICAffinity, pod *v1.Pod, nodes ...fwk.NodeInfo) (fwk.CycleState, *fwk.Status) {
+	t.Helper()
+	cycle := framework.NewCycleState()
+	_, st := pl.PreFilter(t.Context(), cycle, pod, nodes)
+	return cycle, st
+}

@@ -1,0 +1,344 @@
+package nicaffinity
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+)
+
+const rdma = "rdma/hca"
+
+func TestPreFilter(t *testing.T) {
+	pl, _ := newTestPlugin(t, nil)
+	nodes := []fwk.NodeInfo{nodeInfo("a", 8), nodeInfo("b", 4)}
+	tests := []struct {
+		name     string
+		pod      podSpec
+		wantCode fwk.Code
+		wantMsg  string
+	}{
+		{"no GPU", podSpec{gpus: 0}, fwk.Skip, ""},
+		{"every GPU of the largest node", podSpec{gpus: 8, extra: []string{rdma, "1"}}, fwk.Skip, ""},
+		{"two GPUs with RDMA", podSpec{gpus: 2, extra: []string{rdma, "1"}}, fwk.Success, ""},
+		{"bad max-level", podSpec{gpus: 2, ann: map[string]string{annotations.MaxLevel: "near"}}, fwk.UnschedulableAndUnresolvable, "nicaffinity.io/max-level"},
+		{"bad policy", podSpec{gpus: 2, ann: map[string]string{annotations.Policy: "maybe"}}, fwk.UnschedulableAndUnresolvable, "nicaffinity.io/policy"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, st := preFilter(t, pl, makePod("p", tc.pod.gpus, tc.pod.ann, tc.pod.extra...), nodes...)
+			if st.Code() != tc.wantCode || !strings.Contains(st.Message(), tc.wantMsg) {
+				t.Errorf("status %v %q, want %v containing %q", st.Code(), st.Message(), tc.wantCode, tc.wantMsg)
+			}
+		})
+	}
+}
+
+type podSpec struct {
+	gpus  int64
+	ann   map[string]string
+	extra []string
+}
+
+func TestFilter(t *testing.T) {
+	h100 := machineNRT(t, "h100", sysfstest.HGXH100)
+	dgx := machineNRT(t, "dgx-a100", sysfstest.DGXA100)
+	tests := []struct {
+		name     string
+		objs     []*v1alpha2.NodeResourceTopology
+		args     func(*Args)
+		node     string
+		pod      podSpec
+		wantCode fwk.Code
+		wantMsg  string
+	}{
+		{name: "aligned GPUs free", objs: []*v1alpha2.NodeResourceTopology{handNRT("n", 0, 1, 4, 5)}, node: "n",
+			pod: podSpec{gpus: 2, extra: []string{rdma, "1"}}},
+		{name: "NIC-bearing switches full, NIC-less ones free", objs: []*v1alpha2.NodeResourceTopology{handNRT("n", 4, 5, 6, 7)}, node: "n",
+			pod: podSpec{gpus: 2, extra: []string{rdma, "1"}}, wantCode: fwk.Unschedulable, wantMsg: "4 free GPUs, none with a NIC at PXB or closer"},
+		{name: "one aligned GPU free, pod needs two", objs: []*v1alpha2.NodeResourceTopology{handNRT("n", 3, 4, 5)}, node: "n",
+			pod: podSpec{gpus: 2, extra: []string{rdma, "1"}}, wantCode: fwk.Unschedulable, wantMsg: "3 free GPUs, 1 with a NIC at PXB or closer; the pod needs 2"},
+		{name: "more GPUs than the node can ever align", objs: []*v1alpha2.NodeResourceTopology{handNRT("n", 0, 1, 2, 3, 4, 5, 6, 7)}, node: "n",
+			pod: podSpec{gpus: 5, extra: []string{rdma, "1"}}, wantCode: fwk.UnschedulableAndUnresolvable, wantMsg: "4 with a NIC at PXB or closer; the pod needs 5"},
+		{name: "NODE level accepted by annotation", objs: []*v1alpha2.NodeResourceTopology{handNRT("n", 4, 5)}, node: "n",
+			pod: podSpec{gpus: 2, extra: []string{rdma, "1"}, ann: map[string]string{annotations.MaxLevel: "NODE"}}},
+		{name: "preferred never filters", objs: []*v1alpha2.NodeResourceTopology{handNRT("n", 4, 5)}, node: "n",
+			pod: podSpec{gpus: 2, extra: []string{rdma, "1"}, ann: map[string]string{annotations.Policy: "preferred"}}},
+		{name: "no RDMA, no constraint", objs: []*v1alpha2.NodeResourceTopology{handNRT("n", 6, 7)}, node: "n", pod: podSpec{gpus: 2}},
+		{name: "rdma annotation counts as RDMA", objs: []*v1alpha2.NodeResourceTopology{handNRT("n", 6, 7)}, node: "n",
+			pod: podSpec{gpus: 2, ann: map[string]string{annotations.RDMA: "true"}}, wantCode: fwk.Unschedulable, wantMsg: "none with a NIC"},
+		{name: "required PIX on a DGX A100 (PXB only)", objs: []*v1alpha2.NodeResourceTopology{dgx}, node: "dgx-a100",
+			pod: podSpec{gpus: 1, extra: []string{rdma, "1"}, ann: map[string]string{annotations.MaxLevel: "PIX"}}, wantCode: fwk.UnschedulableAndUnresolvable, wantMsg: "8 free GPUs, none with a NIC at PIX or closer"},
+		{name: "required PIX on an HGX H100", objs: []*v1alpha2.NodeResourceTopology{h100}, node: "h100",
+			pod: podSpec{gpus: 3, extra: []string{rdma, "1"}, ann: map[string]string{annotations.MaxLevel: "PIX"}}},
+		{name: "missing object", node: "nowhere", pod: podSpec{gpus: 1, extra: []string{rdma, "1"}},
+			wantCode: fwk.UnschedulableAndUnresolvable, wantMsg: "no NodeResourceTopology for this node"},
+		{name: "missing object, policy Ignore", node: "nowhere", args: func(a *Args) { a.MissingTopology = MissingIgnore }, pod: podSpec{gpus: 1, extra: []string{rdma, "1"}}},
+		{name: "malformed object", objs: []*v1alpha2.NodeResourceTopology{func() *v1alpha2.NodeResourceTopology {
+			o := handNRT("bad", 0, 1)
+			o.Zones[6].Costs[0].Value = 77
+			return o
+		}()}, node: "bad", pod: podSpec{gpus: 1, extra: []string{rdma, "1"}},
+			wantCode: fwk.UnschedulableAndUnresolvable, wantMsg: "NodeResourceTopology cannot be read: GPU zone gpu-1: cost 77"},
+		{name: "whole node left alone", objs: []*v1alpha2.NodeResourceTopology{handNRT("n", 0, 1, 2, 3, 4, 5, 6, 7)}, node: "n",
+			pod: podSpec{gpus: 8, extra: []string{rdma, "1"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pl, _ := newTestPlugin(t, tc.args, tc.objs...)
+			cycle, st := preFilter(t, pl, makePod("p", tc.pod.gpus, tc.pod.ann, tc.pod.extra...), nodeInfo("big", 16))
+			if !st.IsSuccess() {
+				t.Fatalf("PreFilter: %v", st)
+			}
+			got := pl.Filter(t.Context(), cycle, nil, nodeInfo(tc.node, 8))
+			if got.Code() != tc.wantCode || !strings.Contains(got.Message(), tc.wantMsg) {
+				t.Errorf("Filter = %v %q, want %v containing %q", got.Code(), got.Message(), tc.wantCode, tc.wantMsg)
+			}
+		})
+	}
+}
+
+// sriovNRT: the H20 fixture with VFs on mlx5_0 (next to GPUs 0,1) and mlx5_6
+// (next to GPUs 6,7), as the exporter publishes them.
+func sriovNRT(t *testing.T, freeVFs0, freeVFs6 int) *v1alpha2.NodeResourceTopology {
+	tree := sysfstest.New(t.TempDir())
+	sysfstest.H20(tree)
+	const res = "openshift.io/sriov_highnet"
+	var extra []podresources.Device
+	used := podresources.Pod{Namespace: "o", Name: "vf-holder"}
+	for _, pf := range []struct {
+		path, bus  string
+		free, numa int
+	}{
+		{"pci0000:10/0000:10:01.0/0000:11:00.0/0000:12:08.0/0000:18:00", "0000:18:00", freeVFs0, 0},
+		{"pci0000:b0/0000:b0:01.0/0000:b1:00.0/0000:b2:08.0/0000:b8:00", "0000:b8:00", freeVFs6, 1},
+	} {
+		var vfs []string
+		for f := 2; f < 4; f++ {
+			vf := pf.path + "." + string(rune('0'+f))
+			tree.PCI(vf, sysfstest.Func{Vendor: sysfstest.VendorMellanox, Device: 0x101e, Class: sysfstest.ClassEther, NUMA: pf.numa})
+			vfs = append(vfs, vf)
+			d := podresources.Device{Resource: res, ID: pf.bus + "." + string(rune('0'+f))}
+			extra = append(extra, d)
+			if f-2 >= pf.free {
+				used.Devices = append(used.Devices, d)
+			}
+		}
+		tree.SRIOV(pf.path+".0", 8, vfs...)
+	}
+	if err := tree.Err(); err != nil {
+		t.Fatal(err)
+	}
+	topo, err := sysfs.New(sysfs.WithRoot(tree.Root)).Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := podresources.Snapshot{Allocatable: extra, Pods: []podresources.Pod{used}}
+	for _, g := range topo.GPUs {
+		snap.Allocatable = append(snap.Allocatable, podresources.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address})
+	}
+	obj, _ := nrt.Build(nrt.Input{Node: "h20", Topology: topo, Snapshot: snap, Resources: nrt.DefaultResources()})
+	return obj
+}
+
+func TestFilterSRIOV(t *testing.T) {
+	const res = "openshift.io/sriov_highnet"
+	tests := []struct {
+		name         string
+		free0, free6 int
+		gpus         int64
+		vfs          string
+		wantCode     fwk.Code
+		wantMsg      string
+	}{
+		{name: "free VFs next to free GPUs", free0: 2, free6: 2, gpus: 2, vfs: "1"},
+		{name: "VFs next to GPUs 0,1 exhausted, 6,7 still there", free0: 0, free6: 1, gpus: 2, vfs: "1"},
+		{name: "all VFs exhausted", free0: 0, free6: 0, gpus: 1, vfs: "1", wantCode: fwk.Unschedulable, wantMsg: "no free VF of openshift.io/sriov_highnet"},
+		{name: "four GPUs need VFs on two NICs", free0: 1, free6: 1, gpus: 4, vfs: "2"},
+		{name: "four GPUs, one VF cannot cover both pairs", free0: 1, free6: 1, gpus: 4, vfs: "1", wantCode: fwk.Unschedulable, wantMsg: "no free VF"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pl, _ := newTestPlugin(t, nil, sriovNRT(t, tc.free0, tc.free6))
+			cycle, st := preFilter(t, pl, makePod("p", tc.gpus, nil, res, tc.vfs), nodeInfo("big", 16))
+			if !st.IsSuccess() {
+				t.Fatal(st)
+			}
+			got := pl.Filter(t.Context(), cycle, nil, nodeInfo("h20", 8))
+			if got.Code() != tc.wantCode || !strings.Contains(got.Message(), tc.wantMsg) {
+				t.Errorf("Filter = %v %q, want %v containing %q", got.Code(), got.Message(), tc.wantCode, tc.wantMsg)
+			}
+		})
+	}
+}
+
+// TestReserveNeverDoubleBooks: with the object lagging (it never changes
+// here), successive pods on one node get disjoint GPUs, then the node is
+// full; Unreserve gives the GPUs back; StaleTopology Reject waits.
+func TestReserveNeverDoubleBooks(t *testing.T) {
+	pl, st := newTestPlugin(t, nil, handNRT("n", 0, 1, 2, 3, 4, 5, 6, 7))
+	seen := map[string]string{}
+	for i, name := range []string{"p1", "p2", "p3", "p4"} {
+		pod := makePod(name, 1, nil, rdma, "1")
+		cycle, s := preFilter(t, pl, pod, nodeInfo("big", 16))
+		if !s.IsSuccess() {
+			t.Fatal(s)
+		}
+		if f := pl.Filter(t.Context(), cycle, pod, nodeInfo("n", 8)); !f.IsSuccess() {
+			t.Fatalf("pod %d: %v", i, f)
+		}
+		if r := pl.Reserve(t.Context(), cycle, pod, "n"); !r.IsSuccess() {
+			t.Fatal(r)
+		}
+		ps, _ := getState(cycle)
+		if ps.planned == nil || len(ps.planned.GPUs) != 1 || ps.planned.Level != "PIX" {
+			t.Fatalf("plan %+v", ps.planned)
+		}
+		if prev, dup := seen[ps.planned.GPUs[0]]; dup {
+			t.Fatalf("%s planned on GPU %s already planned for %s", name, ps.planned.GPUs[0], prev)
+		}
+		seen[ps.planned.GPUs[0]] = name
+	}
+	pod := makePod("p5", 1, nil, rdma, "1")
+	cycle, _ := preFilter(t, pl, pod, nodeInfo("big", 16))
+	if f := pl.Filter(t.Context(), cycle, pod, nodeInfo("n", 8)); f.IsSuccess() {
+		t.Fatal("a fifth 1-GPU RDMA pod passed with the four aligned GPUs reserved")
+	}
+	pl.Unreserve(t.Context(), cycle, makePod("p2", 1, nil), "n")
+	if f := pl.Filter(t.Context(), cycle, pod, nodeInfo("n", 8)); !f.IsSuccess() {
+		t.Fatalf("after Unreserve: %v", f)
+	}
+
+	strict, _ := newTestPlugin(t, func(a *Args) { a.StaleTopology = StaleReject }, handNRT("n", 0, 1, 2, 3))
+	c1, _ := preFilter(t, strict, makePod("q1", 1, nil, rdma, "1"), nodeInfo("big", 16))
+	_ = strict.Reserve(t.Context(), c1, makePod("q1", 1, nil, rdma, "1"), "n")
+	c2, _ := preFilter(t, strict, makePod("q2", 1, nil, rdma, "1"), nodeInfo("big", 16))
+	if f := strict.Filter(t.Context(), c2, nil, nodeInfo("n", 8)); f.Code() != fwk.Unschedulable || !strings.Contains(f.Message(), "not caught up") {
+		t.Errorf("StaleTopology Reject: %v", f)
+	}
+
+	// A reservation the object never confirms expires.
+	st.now = func() time.Time { return time.Now().Add(time.Hour) }
+	if v, _ := st.View("n"); v.stale {
+		t.Error("reservations older than the timeout are still held")
+	}
+}
+
+func TestScore(t *testing.T) {
+	// certain: every free GPU is aligned; uncertain: half are.
+	certain, uncertain, nicless := handNRT("certain", 0, 1), handNRT("uncertain", 0, 1, 6, 7), handNRT("nicless", 0, 1, 4, 5)
+	pl, _ := newTestPlugin(t, nil, certain, uncertain, nicless)
+	score := func(pod string, g int64, node string, extra ...string) int64 {
+		p := makePod(pod, g, nil, extra...)
+		cycle, _ := preFilter(t, pl, p, nodeInfo("big", 16))
+		s, st := pl.Score(t.Context(), cycle, p, nodeInfo(node, 8))
+		if !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		return s
+	}
+	if a, b := score("r", 1, "certain", rdma, "1"), score("r", 1, "uncertain", rdma, "1"); a <= b {
+		t.Errorf("RDMA pod: certain node %d should beat uncertain node %d", a, b)
+	}
+	if a, b := score("plain", 2, "nicless", nil...), score("plain", 2, "certain", nil...); a <= b {
+		t.Errorf("pod without RDMA: node with free NIC-less GPUs %d should beat one with only aligned GPUs %d", a, b)
+	}
+	if s := score("r", 1, "nowhere", rdma, "1"); s != 0 {
+		t.Errorf("node without object scored %d", s)
+	}
+	scores := fwk.NodeScoreList{{Name: "a", Score: 20}, {Name: "b", Score: 40}}
+	if st := pl.NormalizeScore(t.Context(), nil, nil, scores); !st.IsSuccess() || scores[1].Score != fwk.MaxNodeScore || scores[0].Score != 50 {
+		t.Errorf("NormalizeScore = %v %v", scores, st)
+	}
+}
+
+// TestPlanKeepsSwitchesWhole: with switch 0 half used, a 1-GPU RDMA pod takes
+// the other GPU of switch 0, not a GPU of the whole switch 1.
+func TestPlanKeepsSwitchesWhole(t *testing.T) {
+	pl, _ := newTestPlugin(t, nil, handNRT("n", 1, 2, 3))
+	pod := makePod("p", 1, nil, rdma, "1")
+	cycle, _ := preFilter(t, pl, pod, nodeInfo("big", 16))
+	if r := pl.Reserve(t.Context(), cycle, pod, "n"); !r.IsSuccess() {
+		t.Fatal(r)
+	}
+	s, _ := getState(cycle)
+	want := annotations.Allocation{Node: "n", GPUs: []string{"0000:20:00.0"}, NICs: []string{"mlx5_0"}, Level: "PIX"}
+	if got := *s.planned; got.Node != want.Node || strings.Join(got.GPUs, ",") != strings.Join(want.GPUs, ",") || strings.Join(got.NICs, ",") != "mlx5_0" || got.Level != "PIX" {
+		t.Errorf("plan %+v, want %+v", got, want)
+	}
+}
+
+func TestArgs(t *testing.T) {
+	a := &Args{}
+	a.SetDefaults()
+	if errs := a.Validate(); len(errs) != 0 {
+		t.Fatalf("defaults invalid: %v", errs)
+	}
+	bad := []struct {
+		mutate func(*Args)
+		field  string
+	}{
+		{func(a *Args) { a.DefaultMaxLevel = "NV" }, "args.defaultMaxLevel"},
+		{func(a *Args) { a.DefaultPolicy = "always" }, "args.defaultPolicy"},
+		{func(a *Args) { a.MissingTopology = "Panic" }, "args.missingTopology"},
+		{func(a *Args) { a.StaleTopology = "Hope" }, "args.staleTopology"},
+		{func(a *Args) { a.ScoringStrategy.Type = "Random" }, "args.scoringStrategy.type"},
+		{func(a *Args) { a.ScoringStrategy.PackingWeight = -1 }, "args.scoringStrategy.packingWeight"},
+		{func(a *Args) { a.SRIOVResourceNames = []string{"sriov_highnet"} }, "args.sriovResourceNames[0]"},
+		{func(a *Args) { a.GPUResourceName = " " }, "args.gpuResourceName"},
+	}
+	for _, tc := range bad {
+		a := &Args{}
+		a.SetDefaults()
+		tc.mutate(a)
+		errs := a.Validate()
+		if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), tc.field) {
+			t.Errorf("want an error naming %s, got %v", tc.field, errs)
+		}
+	}
+}
+
+func BenchmarkFilter(b *testing.B) {
+	pl, _ := newTestPlugin(b, nil, machineNRT(b, "h100", sysfstest.HGXH100, 0, 2, 5))
+	pod := makePod("p", 2, nil, rdma, "1")
+	cycle, _ := preFilter(b, pl, pod, nodeInfo("big", 16))
+	ni := nodeInfo("h100", 8)
+	b.ReportAllocs()
+	for b.Loop() {
+		if st := pl.Filter(b.Context(), cycle, pod, ni); !st.IsSuccess() {
+			b.Fatal(st)
+		}
+	}
+}
+
+func BenchmarkScore(b *testing.B) {
+	pl, _ := newTestPlugin(b, nil, machineNRT(b, "h100", sysfstest.HGXH100, 0, 2, 5))
+	pod := makePod("p", 2, nil, rdma, "1")
+	cycle, _ := preFilter(b, pl, pod, nodeInfo("big", 16))
+	ni := nodeInfo("h100", 8)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, st := pl.Score(b.Context(), cycle, pod, ni); !st.IsSuccess() {
+			b.Fatal(st)
+		}
+	}
+}
+
+func BenchmarkFilterFourGPUs(b *testing.B) {
+	pl, _ := newTestPlugin(b, nil, machineNRT(b, "h100", sysfstest.HGXH100, 1))
+	pod := makePod("p", 4, nil, rdma, "1")
+	cycle, _ := preFilter(b, pl, pod, nodeInfo("big", 16))
+	ni := nodeInfo("h100", 8)
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = pl.Filter(b.Context(), cycle, pod, ni)
+	}
+}

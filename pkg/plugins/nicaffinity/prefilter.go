@@ -1,0 +1,119 @@
+package nicaffinity
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/component-helpers/resource"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+)
+
+const stateKey fwk.StateKey = "PreFilter" + Name
+
+// preFilterState is the pod's request, computed once per scheduling cycle.
+type preFilterState struct {
+	req request
+	// planned is filled by Reserve for PreBind.
+	planned *annotations.Allocation
+}
+
+// Clone shares the request, which nothing changes after PreFilter; the plan
+// belongs to one cycle and is copied so clones made for preemption cannot
+// write into it.
+func (s *preFilterState) Clone() fwk.StateData {
+	c := *s
+	if s.planned != nil {
+		p := *s.planned
+		c.planned = &p
+	}
+	return &c
+}
+
+// podRequest reads what the pod asks for. nil without GPUs. The error is a
+// bad annotation, named.
+func (pl *NICAffinity) podRequest(pod *v1.Pod) (*request, bool, error) {
+	reqs := resource.PodRequests(pod, resource.PodResourcesOptions{})
+	gpus := reqs[v1.ResourceName(pl.args.GPUResourceName)]
+	if gpus.Value() <= 0 {
+		return nil, false, nil
+	}
+	req := &request{gpus: int(gpus.Value()), maxLevel: pl.args.maxLevel(), required: pl.args.DefaultPolicy == annotations.PolicyRequired}
+	for name, q := range reqs {
+		if q.Value() <= 0 {
+			continue
+		}
+		n := string(name)
+		for _, sriov := range pl.args.SRIOVResourceNames {
+			if n == sriov {
+				req.rdma = true
+				req.vfs = append(req.vfs, vfRequest{resource: n, count: q.Value()})
+			}
+		}
+		for _, p := range pl.args.RDMAResourcePrefixes {
+			if strings.HasPrefix(n, p) {
+				req.rdma = true
+			}
+		}
+	}
+	if pod.Annotations[annotations.RDMA] == "true" {
+		req.rdma = true
+	}
+	if s, ok := pod.Annotations[annotations.MaxLevel]; ok {
+		l, err := annotations.ParseMaxLevel(s)
+		if err != nil {
+			return nil, false, err
+		}
+		req.maxLevel = l
+	}
+	if s, ok := pod.Annotations[annotations.Policy]; ok {
+		p, err := annotations.ParsePolicy(s)
+		if err != nil {
+			return nil, false, err
+		}
+		req.required = p == annotations.PolicyRequired
+	}
+	return req, true, nil
+}
+
+// PreFilter computes the request. Pods without GPUs, and pods that take at
+// least every GPU of the largest node, are skipped: whole nodes are aligned
+// by construction.
+func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	req, ok, err := pl.podRequest(pod)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	if !ok {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	largest := int64(0)
+	for _, n := range nodes {
+		if q, ok := n.GetAllocatable().GetScalarResources()[v1.ResourceName(pl.args.GPUResourceName)]; ok {
+			largest = max(largest, q)
+		}
+	}
+	if largest > 0 && int64(req.gpus) >= largest {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	cycle.Write(stateKey, &preFilterState{req: *req})
+	return nil, nil
+}
+
+// PreFilterExtensions: none; reservations live in the cache, not in the cycle.
+func (pl *NICAffinity) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+func getState(cycle fwk.CycleState) (*preFilterState, error) {
+	d, err := cycle.Read(stateKey)
+	if err != nil {
+		return nil, fmt.Errorf("reading %q from cycle state: %w", stateKey, err)
+	}
+	s, ok := d.(*preFilterState)
+	if !ok {
+		return nil, fmt.Errorf("%+v cannot be converted to *preFilterState", d)
+	}
+	return s, nil
+}

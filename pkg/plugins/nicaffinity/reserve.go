@@ -1,0 +1,107 @@
+package nicaffinity
+
+import (
+	"context"
+	"encoding/json"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+)
+
+// Reserve picks the GPUs and NICs for the pod on the chosen node and holds
+// them in the cache until the node's object shows them, so a burst of pods
+// never plans the same GPU twice.
+func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v1.Pod, node string) *fwk.Status {
+	s, err := getState(cycle)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	v, _ := pl.cache.View(node)
+	if v == nil || s.req.gpus >= len(v.c.GPUs) {
+		return nil // nothing to plan against: the kubelet decides alone
+	}
+	li := v.bestLevel(&s.req)
+	if li < 0 {
+		li = len(topology.Levels) - 1 // preferred policy on a node that cannot align
+	}
+	gpus := v.plan(&s.req, li)
+	if gpus.Count() < s.req.gpus {
+		return fwk.NewStatus(fwk.Unschedulable, "the GPUs planned here were taken by another pod in the meantime")
+	}
+	nics := v.nicsFor(&s.req, gpus)
+	vfs := map[int]map[string]int64{}
+	for _, vf := range s.req.vfs {
+		left := vf.count
+		for _, n := range nics {
+			take := min(left, v.vfFree[vf.resource][n])
+			if take > 0 {
+				if vfs[n] == nil {
+					vfs[n] = map[string]int64{}
+				}
+				vfs[n][vf.resource] += take
+				left -= take
+			}
+		}
+	}
+	pl.cache.Reserve(node, pod.UID, gpus, vfs)
+	alloc := &annotations.Allocation{Node: node, NRTGeneration: v.c.Generation}
+	worst := topology.LevelX
+	for g := range v.c.GPUs {
+		if gpus&(nrt.GPUSet(1)<<g) != 0 {
+			alloc.GPUs = append(alloc.GPUs, v.c.GPUs[g].BusID)
+			if s.req.rdma {
+				worst = max(worst, v.c.BestLevel[g])
+			}
+		}
+	}
+	for _, n := range nics {
+		alloc.NICs = append(alloc.NICs, v.c.NICs[n].Name)
+	}
+	if s.req.rdma && worst <= topology.LevelSYS {
+		alloc.Level = worst.String()
+	}
+	s.planned = alloc
+	klog.FromContext(ctx).V(4).Info("Reserved GPUs", "pod", klog.KObj(pod), "node", node, "gpus", alloc.GPUs, "nics", alloc.NICs, "level", alloc.Level)
+	return nil
+}
+
+// Unreserve releases what Reserve held.
+func (pl *NICAffinity) Unreserve(_ context.Context, cycle fwk.CycleState, pod *v1.Pod, node string) {
+	pl.cache.Unreserve(node, pod.UID)
+	if s, err := getState(cycle); err == nil {
+		s.planned = nil
+	}
+}
+
+// PreBindPreFlight: PreBind has work only when Reserve made a plan.
+func (pl *NICAffinity) PreBindPreFlight(_ context.Context, cycle fwk.CycleState, _ *v1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
+	s, err := getState(cycle)
+	if err != nil || s.planned == nil {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	return &fwk.PreBindPreFlightResult{AllowParallel: true}, nil
+}
+
+// PreBind writes the plan on the pod (nicaffinity.io/allocation), where the
+// exporter compares it with what the kubelet really handed out.
+func (pl *NICAffinity) PreBind(ctx context.Context, cycle fwk.CycleState, pod *v1.Pod, _ string) *fwk.Status {
+	s, err := getState(cycle)
+	if err != nil || s.planned == nil {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annotations.AllocationKey: annotations.Marshal(s.planned)}}})
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if _, err := pl.handle.ClientSet().CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fwk.AsStatus(err)
+	}
+	return nil
+}

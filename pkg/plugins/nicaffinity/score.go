@@ -1,0 +1,61 @@
+package nicaffinity
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+)
+
+// Score combines (with the configured strategy) the best level the node
+// offers, the certainty that the device plugin hands out aligned GPUs, and
+// packing. Nodes without a usable object score 0.
+func (pl *NICAffinity) Score(_ context.Context, cycle fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	s, err := getState(cycle)
+	if err != nil {
+		return 0, fwk.AsStatus(err)
+	}
+	v, _ := pl.cache.View(nodeInfo.Node().Name)
+	if v == nil {
+		return 0, nil
+	}
+	return pl.nodeScore(v, &s.req), nil
+}
+
+func (pl *NICAffinity) nodeScore(v *nodeView, req *request) int64 {
+	if req.gpus >= len(v.c.GPUs) {
+		return fwk.MaxNodeScore
+	}
+	if !req.rdma {
+		planned := v.plan(req, len(topology.Levels)-1)
+		return int64(100 * v.packing(req, planned))
+	}
+	li := v.bestLevel(req)
+	if li < 0 {
+		return 0
+	}
+	level := int64((len(topology.Levels) - li) * 100 / len(topology.Levels))
+	certainty := int64(100 * v.certainty(req, levelIndex(req.maxLevel)))
+	packing := int64(100 * v.packing(req, v.plan(req, li)))
+	return pl.score(pl.args.ScoringStrategy, level, certainty, packing)
+}
+
+// ScoreExtensions returns the normalizer.
+func (pl *NICAffinity) ScoreExtensions() fwk.ScoreExtensions { return pl }
+
+// NormalizeScore stretches scores so the best node gets MaxNodeScore.
+func (pl *NICAffinity) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	var highest int64
+	for _, s := range scores {
+		highest = max(highest, s.Score)
+	}
+	if highest == 0 {
+		return nil
+	}
+	for i := range scores {
+		scores[i].Score = scores[i].Score * fwk.MaxNodeScore / highest
+	}
+	return nil
+}

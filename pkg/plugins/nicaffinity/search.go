@@ -1,0 +1,265 @@
+package nicaffinity
+
+import (
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+)
+
+// request is what a pod asks for, computed once in PreFilter.
+type request struct {
+	gpus     int
+	rdma     bool
+	vfs      []vfRequest
+	maxLevel topology.Level
+	required bool
+}
+
+type vfRequest struct {
+	resource string
+	count    int64
+}
+
+// nodeView is what Filter and Score read of one node: the compiled object
+// and what this scheduler reserved that the object does not show yet. Views
+// are immutable; the cache swaps in a new one on every change.
+type nodeView struct {
+	c *nrt.Compiled
+	// free are the GPUs free after reservations.
+	free nrt.GPUSet
+	// vfFree[resource][n] are NIC n's free VFs after reservations.
+	vfFree map[string][]int64
+	// stale is set while the object does not count every pod placed here.
+	stale bool
+}
+
+// levelIndex is l's index in topology.Levels (PIX 0 ... SYS 4).
+func levelIndex(l topology.Level) int {
+	i, ok := nrt.LevelIndex(l)
+	if !ok {
+		return len(topology.Levels) - 1
+	}
+	return i
+}
+
+// maxMasks bounds the NIC coverage search (NICs with free VFs).
+const maxMasks = 64
+
+// feasible reports whether some set of req.gpus free GPUs each has a usable
+// NIC at level index li or closer, with free VFs where the pod asks for VFs.
+func (v *nodeView) feasible(req *request, li int) bool {
+	if !req.rdma {
+		return v.free.Count() >= req.gpus
+	}
+	if len(req.vfs) == 0 {
+		return (v.free & v.c.AnyNear[li]).Count() >= req.gpus
+	}
+	for i := range req.vfs {
+		if !v.coverable(req.vfs[i], li, req.gpus) {
+			return false
+		}
+	}
+	return true
+}
+
+// coverable: the pod's VFs come from some PFs; every chosen GPU must be near
+// one of them. Is there a set of at most vf.count PFs with free VFs whose
+// near GPUs (among the free ones) number at least gpus?
+func (v *nodeView) coverable(vf vfRequest, li, gpus int) bool {
+	var masks [maxMasks]nrt.GPUSet
+	n := 0
+	var total int64
+	for nic, free := range v.vfFree[vf.resource] {
+		if free <= 0 {
+			continue
+		}
+		total += free
+		m := v.c.Near[li][nic] & v.free
+		if m == 0 || n == maxMasks {
+			continue
+		}
+		masks[n] = m
+		n++
+	}
+	if total < vf.count {
+		return false
+	}
+	return bestCover(masks[:n], int(min(vf.count, int64(n))), 0, gpus)
+}
+
+// bestCover searches unions of at most k masks (depth-first, masks in
+// order) for one with at least want members.
+func bestCover(masks []nrt.GPUSet, k int, have nrt.GPUSet, want int) bool {
+	if have.Count() >= want {
+		return true
+	}
+	if k == 0 {
+		return false
+	}
+	var all nrt.GPUSet
+	for _, m := range masks {
+		all |= m
+	}
+	if (have | all).Count() < want {
+		return false // even every mask would not do
+	}
+	for i, m := range masks {
+		if m&^have == 0 {
+			continue
+		}
+		if bestCover(masks[i+1:], k-1, have|m, want) {
+			return true
+		}
+	}
+	return false
+}
+
+// bestLevel is the closest level index at which the pod fits, or -1.
+func (v *nodeView) bestLevel(req *request) int {
+	for li := range topology.Levels {
+		if v.feasible(req, li) {
+			return li
+		}
+	}
+	return -1
+}
+
+// plan picks the GPUs for a pod at level index li: closest GPUs first, then
+// GPUs of switches already in use (to keep whole NIC-bearing switches for
+// later pods), then index order. Pods without RDMA take GPUs without a
+// GPUDirect-capable NIC first. It does not allocate.
+func (v *nodeView) plan(req *request, li int) (gpus nrt.GPUSet) {
+	c := v.c
+	candidates := v.free
+	if req.rdma {
+		candidates &= c.AnyNear[li]
+		if len(req.vfs) > 0 {
+			var near nrt.GPUSet
+			for n, free := range v.vfFree[req.vfs[0].resource] {
+				if free > 0 {
+					near |= c.Near[li][n]
+				}
+			}
+			candidates &= near
+		}
+	}
+	pxb := levelIndex(topology.LevelPXB)
+	for picked := 0; picked < req.gpus; picked++ {
+		best, bestKey := -1, [3]int{}
+		for g := range c.GPUs {
+			if candidates&(1<<g) == 0 || gpus&(1<<g) != 0 {
+				continue
+			}
+			sw := c.SwitchOf[g]
+			whole := 0
+			if c.Switches[sw]&^v.free == 0 && gpus&c.Switches[sw] == 0 {
+				whole = 1 // taking it breaks a whole switch
+			}
+			key := [3]int{int(c.BestLevel[g]), whole, g}
+			if !req.rdma {
+				aligned := 0
+				if c.AnyNear[pxb]&(1<<g) != 0 {
+					aligned = 1
+				}
+				key = [3]int{aligned, whole, g}
+			}
+			if best < 0 || less(key, bestKey) {
+				best, bestKey = g, key
+			}
+		}
+		if best < 0 {
+			break
+		}
+		gpus |= 1 << best
+	}
+	return gpus
+}
+
+// nicsFor lists, for planned GPUs, the NIC each should use, nearest first.
+func (v *nodeView) nicsFor(req *request, gpus nrt.GPUSet) []int {
+	var nics []int
+	if !req.rdma {
+		return nil
+	}
+	for g := range v.c.GPUs {
+		if gpus&(1<<g) == 0 {
+			continue
+		}
+		if n := v.nearestNIC(req, g); n >= 0 && !contains(nics, n) {
+			nics = append(nics, n)
+		}
+	}
+	return nics
+}
+
+func (v *nodeView) nearestNIC(req *request, g int) int {
+	best := -1
+	for n := range v.c.NICs {
+		if len(req.vfs) > 0 && v.vfFree[req.vfs[0].resource][n] <= 0 {
+			continue
+		}
+		if best < 0 || v.c.GPUs[g].Level[n] < v.c.GPUs[g].Level[best] {
+			best = n
+		}
+	}
+	return best
+}
+
+func less(a, b [3]int) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return false
+}
+
+func contains(xs []int, x int) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// certainty is how likely (0..1) the device plugin, picking req.gpus of the
+// free GPUs without regard to NICs, hands out only GPUs with a NIC at level
+// index li or closer: C(aligned, g) / C(free, g).
+func (v *nodeView) certainty(req *request, li int) float64 {
+	free := v.free.Count()
+	aligned := (v.free & v.c.AnyNear[li]).Count()
+	if free == 0 || aligned < req.gpus {
+		return 0
+	}
+	p := 1.0
+	for i := 0; i < req.gpus; i++ {
+		p *= float64(aligned-i) / float64(free-i)
+	}
+	return p
+}
+
+// packing (0..1) rewards placements that keep NIC-bearing switches whole:
+// for RDMA pods, the share of planned GPUs taken from switches already in
+// use; for pods without RDMA, the share taken from GPUs without a
+// GPUDirect-capable NIC.
+func (v *nodeView) packing(req *request, planned nrt.GPUSet) float64 {
+	c := v.c
+	if req.gpus == 0 || planned == 0 {
+		return 0
+	}
+	good := 0
+	pxb := levelIndex(topology.LevelPXB)
+	for g := range c.GPUs {
+		if planned&(1<<g) == 0 {
+			continue
+		}
+		if req.rdma {
+			if c.Switches[c.SwitchOf[g]]&^v.free != 0 {
+				good++ // the switch was already broken
+			}
+		} else if c.AnyNear[pxb]&(1<<g) == 0 {
+			good++
+		}
+	}
+	return float64(good) / float64(planned.Count())
+}
