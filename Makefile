@@ -12,8 +12,13 @@ FUZZTIME     ?= 10s
 
 all: build
 
+# The scheduler reports the Kubernetes release it is built on plus ours.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X k8s.io/component-base/version.gitVersion=v1.37.2-nicaffinity.$(VERSION) \
+            -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37
+
 build:
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
 vet:
 	$(GO) vet ./...

@@ -3,6 +3,8 @@
 package nrttest
 
 import (
+	"fmt"
+
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -74,4 +76,30 @@ func GPU(index int, sw string, free bool, costs map[string]int64) v1alpha2.Zone 
 func NIC(name, sw string, vfs ...v1alpha2.ResourceInfo) v1alpha2.Zone {
 	return v1alpha2.Zone{Name: nrt.NICZoneName(name), Type: nrt.ZoneNIC, Parent: sw,
 		Attributes: v1alpha2.AttributeList{{Name: nrt.AttrState, Value: "ACTIVE"}}, Resources: vfs}
+}
+
+// HalfNICs is an 8-GPU node with four PCIe switches of two GPUs each; only
+// switches 0 and 1 hold a NIC (mlx5_0, mlx5_1: PIX to their two GPUs, NODE to
+// the rest). free lists the GPUs that are available. GPU g has bus ID
+// 0000:<16*(g+1)>:00.0.
+func HalfNICs(node string, free ...int) *v1alpha2.NodeResourceTopology {
+	b := MakeNRT(node).Zone(v1alpha2.Zone{Name: "node-0", Type: nrt.ZoneNode})
+	for s := 0; s < 4; s++ {
+		b.Zone(Switch(fmt.Sprintf("pcie-%d", s)))
+	}
+	isFree := map[int]bool{}
+	for _, f := range free {
+		isFree[f] = true
+	}
+	for g := 0; g < 8; g++ {
+		costs := map[string]int64{"nic-mlx5_0": 40, "nic-mlx5_1": 40}
+		if g/2 < 2 {
+			costs[fmt.Sprintf("nic-mlx5_%d", g/2)] = 10
+		}
+		z := GPU(g, fmt.Sprintf("pcie-%d", g/2), isFree[g], costs)
+		z.Attributes = v1alpha2.AttributeList{{Name: nrt.AttrPCIBusID, Value: fmt.Sprintf("0000:%02x:00.0", 0x10*(g+1))}}
+		b.Zone(z)
+	}
+	b.Zone(NIC("mlx5_0", "pcie-0")).Zone(NIC("mlx5_1", "pcie-1"))
+	return b.Obj()
 }

@@ -161,3 +161,7 @@ func (a *Args) maxLevel() topology.Level {
 	l, _ := annotations.ParseMaxLevel(a.DefaultMaxLevel)
 	return l
 }
+
+// ParseArgs decodes, defaults and validates args as the scheduler hands them
+// over (tests check the shipped configuration with it).
+func ParseArgs(obj runtime.Object) (*Args, error) { return decodeArgs(obj) }

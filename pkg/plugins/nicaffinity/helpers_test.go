@@ -54,28 +54,9 @@ func buildNRT(node string, topo *topology.Topology, extra []podresources.Device,
 	return obj
 }
 
-// handNRT is an 8-GPU node with four switches of two GPUs; only switches 0
-// and 1 hold a NIC (PIX to their GPUs, NODE to the rest).
+// handNRT is nrttest.HalfNICs: switches 0 and 1 hold a NIC, 2 and 3 do not.
 func handNRT(node string, free ...int) *v1alpha2.NodeResourceTopology {
-	b := nrttest.MakeNRT(node).Zone(v1alpha2.Zone{Name: "node-0", Type: nrt.ZoneNode})
-	for s := 0; s < 4; s++ {
-		b.Zone(nrttest.Switch(fmt.Sprintf("pcie-%d", s)))
-	}
-	isFree := map[int]bool{}
-	for _, f := range free {
-		isFree[f] = true
-	}
-	for g := 0; g < 8; g++ {
-		costs := map[string]int64{"nic-mlx5_0": 40, "nic-mlx5_1": 40}
-		if g/2 < 2 {
-			costs[fmt.Sprintf("nic-mlx5_%d", g/2)] = 10
-		}
-		z := nrttest.GPU(g, fmt.Sprintf("pcie-%d", g/2), isFree[g], costs)
-		z.Attributes = v1alpha2.AttributeList{{Name: nrt.AttrPCIBusID, Value: fmt.Sprintf("0000:%02x:00.0", 0x10*(g+1))}}
-		b.Zone(z)
-	}
-	b.Zone(nrttest.NIC("mlx5_0", "pcie-0")).Zone(nrttest.NIC("mlx5_1", "pcie-1"))
-	return b.Obj()
+	return nrttest.HalfNICs(node, free...)
 }
 
 func newTestPlugin(t testing.TB, mutate func(*Args), objs ...*v1alpha2.NodeResourceTopology) (*NICAffinity, *store) {
