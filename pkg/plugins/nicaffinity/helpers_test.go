@@ -1,7 +1,6 @@
 package nicaffinity
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
