@@ -8,3 +8,9 @@ import "embed"
 //
 //go:embed crds/*.yaml
 var CRDs embed.FS
+
+// SchedulerConfigMap is the ConfigMap that holds the scheduler's
+// KubeSchedulerConfiguration (key scheduler-config.yaml).
+//
+//go:embed scheduler-config.yaml
+var SchedulerConfigMap []byte

@@ -20,6 +20,8 @@ import (
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
 	"sigs.k8s.io/yaml"
 
@@ -117,4 +119,16 @@ func installCRDs(ctx context.Context, cfg *rest.Config) error {
 		}
 	}
 	return nil
+}
+
+// WriteKubeconfig writes a kubeconfig for the admin client to path, for
+// components started from files (the scheduler, the exporter binary).
+func (cp *ControlPlane) WriteKubeconfig(path string) error {
+	c := cp.Config
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: c.Host, CertificateAuthorityData: c.CAData, CertificateAuthority: c.CAFile, TLSServerName: c.ServerName, InsecureSkipTLSVerify: c.Insecure}
+	cfg.AuthInfos["test"] = &clientcmdapi.AuthInfo{Token: c.BearerToken, ClientCertificateData: c.CertData, ClientKeyData: c.KeyData}
+	cfg.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
+	cfg.CurrentContext = "test"
+	return clientcmd.WriteToFile(*cfg, path)
 }

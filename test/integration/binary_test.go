@@ -14,8 +14,6 @@ import (
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
@@ -38,7 +36,7 @@ func TestExporterBinary(t *testing.T) {
 	}
 	cp := controlplane.Start(t)
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := writeKubeconfig(cp, kubeconfig); err != nil {
+	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	tree := sysfstest.New(filepath.Join(dir, "sys"))
@@ -107,16 +105,6 @@ func TestExporterBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("exporter memory on an 8-GPU, 8-NIC node: %s, %s", grep(string(status), "VmRSS"), grep(string(status), "VmHWM"))
-}
-
-func writeKubeconfig(cp *controlplane.ControlPlane, path string) error {
-	c := cp.Config
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: c.Host, CertificateAuthorityData: c.CAData, CertificateAuthority: c.CAFile, TLSServerName: c.ServerName, InsecureSkipTLSVerify: c.Insecure}
-	cfg.AuthInfos["test"] = &clientcmdapi.AuthInfo{Token: c.BearerToken, ClientCertificateData: c.CertData, ClientKeyData: c.KeyData}
-	cfg.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
-	cfg.CurrentContext = "test"
-	return clientcmd.WriteToFile(*cfg, path)
 }
 
 func readAll(resp *http.Response) string {

@@ -52,11 +52,12 @@ func (pl *NICAffinity) rejection(v *nodeView, req *request, li int) *fwk.Status 
 		code = fwk.UnschedulableAndUnresolvable
 	}
 	switch {
+	// The scheduler prints "<node count> <reason>": reasons start with a word.
 	case len(req.vfs) > 0 && near >= req.gpus:
 		return fwk.NewStatus(code, fmt.Sprintf("no free VF of %s on a NIC at %s or closer to %d free GPUs", req.vfs[0].resource, level, req.gpus))
 	case near == 0:
-		return fwk.NewStatus(code, fmt.Sprintf("%d free GPUs, none with a NIC at %s or closer", free, level))
+		return fwk.NewStatus(code, fmt.Sprintf("none of the %d free GPUs has a NIC at %s or closer", free, level))
 	default:
-		return fwk.NewStatus(code, fmt.Sprintf("%d free GPUs, %d with a NIC at %s or closer; the pod needs %d", free, near, level, req.gpus))
+		return fwk.NewStatus(code, fmt.Sprintf("only %d of the %d free GPUs have a NIC at %s or closer; the pod needs %d", near, free, level, req.gpus))
 	}
 }

@@ -1,0 +1,81 @@
+// Package schedulertest runs the real kube-scheduler with the nicaffinity
+// plugin in-process, from the KubeSchedulerConfiguration shipped in manifests/.
+package schedulertest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/component-base/configz"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nicaffinity/nicaffinity/internal/controlplane"
+	"github.com/nicaffinity/nicaffinity/manifests"
+	"github.com/nicaffinity/nicaffinity/pkg/plugins/nicaffinity"
+)
+
+// ShippedConfig returns the KubeSchedulerConfiguration of manifests/scheduler-config.yaml.
+func ShippedConfig() (string, error) {
+	var cm corev1.ConfigMap
+	if err := yaml.UnmarshalStrict(manifests.SchedulerConfigMap, &cm); err != nil {
+		return "", err
+	}
+	cfg, ok := cm.Data["scheduler-config.yaml"]
+	if !ok {
+		return "", fmt.Errorf("ConfigMap %s has no scheduler-config.yaml", cm.Name)
+	}
+	return cfg, nil
+}
+
+// WithDefaultProfile appends a profile with the default plugins under the
+// name default-scheduler, for side-by-side comparisons.
+func WithDefaultProfile(cfg string) string {
+	return cfg + "- schedulerName: default-scheduler\n"
+}
+
+// Start runs the scheduler with cfg (a KubeSchedulerConfiguration; its
+// clientConnection is pointed at cp) until the test ends. Leader election is
+// turned off: kube-scheduler exits the process when it stops leading, which a
+// test cannot survive (run the binary to test election).
+func Start(t testing.TB, cp *controlplane.ControlPlane, cfg string) {
+	t.Helper()
+	cfg = strings.Replace(cfg, "leaderElect: true", "leaderElect: false", 1)
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	cfg = strings.Replace(cfg, "kind: KubeSchedulerConfiguration\n", "kind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: "+kubeconfig+"\n", 1)
+	path := filepath.Join(dir, "scheduler-config.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts := options.NewOptions()
+	opts.ConfigFile = path
+	opts.SecureServing.BindPort = 0
+	opts.SecureServing.ServerCert.CertDirectory = dir
+	ctx, cancel := context.WithCancel(context.Background())
+	cc, sched, err := app.Setup(ctx, opts, app.WithPlugin(nicaffinity.Name, nicaffinity.New))
+	if err != nil {
+		cancel()
+		t.Fatalf("scheduler setup: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = app.Run(ctx, cc, sched)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		// A second scheduler in this process registers the same configz name.
+		configz.Delete("componentconfig")
+	})
+}
