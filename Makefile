@@ -48,7 +48,8 @@ fuzz:
 	  ./pkg/topology/sysfs:FuzzReadAttributes \
 	  ./pkg/podresources:FuzzFromResponses \
 	  ./pkg/annotations:FuzzParseAllocation \
-	  ./pkg/annotations:FuzzParseMaxLevel ; do \
+	  ./pkg/annotations:FuzzParseMaxLevel \
+	  ./pkg/nrt:FuzzCompile ; do \
 	  pkg=$${spec%%:*}; fn=$${spec##*:}; \
 	  echo "== $$pkg $$fn"; $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg; \
 	done

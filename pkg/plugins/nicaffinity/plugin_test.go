@@ -109,6 +109,10 @@ func TestFilter(t *testing.T) {
 // sriovNRT: the H20 fixture with VFs on mlx5_0 (next to GPUs 0,1) and mlx5_6
 // (next to GPUs 6,7), as the exporter publishes them.
 func sriovNRT(t *testing.T, freeVFs0, freeVFs6 int) *v1alpha2.NodeResourceTopology {
+	return sriovNRTFor(t, freeVFs0, freeVFs6)
+}
+
+func sriovNRTFor(t testing.TB, freeVFs0, freeVFs6 int) *v1alpha2.NodeResourceTopology {
 	tree := sysfstest.New(t.TempDir())
 	sysfstest.H20(tree)
 	const res = "openshift.io/sriov_highnet"
@@ -340,5 +344,18 @@ func BenchmarkFilterFourGPUs(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = pl.Filter(b.Context(), cycle, pod, ni)
+	}
+}
+
+func BenchmarkFilterSRIOV(b *testing.B) {
+	pl, _ := newTestPlugin(b, nil, sriovNRTFor(b, 1, 1))
+	pod := makePod("p", 4, nil, "openshift.io/sriov_highnet", "2")
+	cycle, _ := preFilter(b, pl, pod, nodeInfo("big", 16))
+	ni := nodeInfo("h20", 8)
+	b.ReportAllocs()
+	for b.Loop() {
+		if st := pl.Filter(b.Context(), cycle, pod, ni); !st.IsSuccess() {
+			b.Fatal(st)
+		}
 	}
 }
