@@ -1,11 +1,15 @@
 package nicaffinity
 
 import (
+	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
@@ -358,4 +362,40 @@ func BenchmarkFilterSRIOV(b *testing.B) {
 			b.Fatal(st)
 		}
 	}
+}
+
+// TestCacheConcurrent drives the store as the scheduler does: Filter and
+// Score read views from many goroutines while Reserve, Unreserve and object
+// updates write (go test -race checks it).
+func TestCacheConcurrent(t *testing.T) {
+	pl, st := newTestPlugin(t, nil, handNRT("n", 0, 1, 2, 3, 4, 5, 6, 7))
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pod := makePod("reader", 1, nil, rdma, "1")
+			cycle, _ := preFilter(t, pl, pod, nodeInfo("big", 16))
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				_ = pl.Filter(context.Background(), cycle, pod, nodeInfo("n", 8))
+				_, _ = pl.Score(context.Background(), cycle, pod, nodeInfo("n", 8))
+			}
+		}()
+	}
+	for i := 0; i < 200; i++ {
+		uid := types.UID(fmt.Sprint("p", i))
+		st.Reserve("n", uid, nrt.GPUSet(1)<<(i%8), nil)
+		c, err := nrt.Compile(handNRT("n", 0, 1, 2, 3), "nvidia.com/gpu")
+		st.set("n", c, err, i%3 == 0)
+		st.Unreserve("n", uid)
+		st.forgetPod(uid)
+	}
+	close(done)
+	wg.Wait()
 }

@@ -1,0 +1,332 @@
+// Package kubeletsim is a simulated kubelet for one node: it registers the
+// Node with GPU, RDMA and VF capacity, hands devices to pods bound to it the
+// way the kubelet and device plugins do (the NVIDIA device plugin's allocator
+// from go-gpuallocator, or first-fit), marks them Running, and serves the real
+// podresources gRPC API on a unix socket, so the real exporter runs unchanged
+// against it.
+package kubeletsim
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/NVIDIA/go-gpuallocator/gpuallocator"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
+	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+)
+
+// GPU allocation policies.
+const (
+	// BestEffort is the NVIDIA device plugin's default: the GPU set with the
+	// best links among its GPUs (NVLink, then PCIe closeness), blind to NICs.
+	BestEffort = "best-effort"
+	// FirstFit takes the lowest-numbered free GPUs.
+	FirstFit = "first-fit"
+)
+
+// Config describes one simulated node.
+type Config struct {
+	Name     string
+	Topology *topology.Topology
+	// Socket is where the podresources API is served.
+	Socket string
+	Policy string
+	// GPUResource, RDMAResource (shared, RDMASlots units) and SRIOVResource
+	// (one unit per VF of the topology's NICs) name the device plugins' resources.
+	GPUResource   string
+	RDMAResource  string
+	RDMASlots     int
+	SRIOVResource string
+}
+
+// Assignment is what one pod got.
+type Assignment struct {
+	GPUs []int // positions in Topology.GPUs
+	VFs  []string
+}
+
+// Kubelet is a running simulated kubelet.
+type Kubelet struct {
+	cfg    Config
+	kube   kubernetes.Interface
+	server *podresourcestest.Server
+	policy gpuallocator.Policy
+
+	mu       sync.Mutex
+	gpus     []*gpuallocator.Device
+	freeGPU  []bool
+	freeVF   map[string]bool
+	assigned map[types.UID]Assignment
+	keys     map[types.UID][2]string
+}
+
+// GPUID is the device-plugin ID of GPU position i: its UUID, else its bus ID.
+func GPUID(t *topology.Topology, i int) string {
+	if t.GPUs[i].UUID != "" {
+		return t.GPUs[i].UUID
+	}
+	return t.GPUs[i].PCI.Address
+}
+
+// linkType maps a matrix cell to go-gpuallocator's P2P link types (the order
+// of its internal/links constants): PCIe levels 1..5, NVLink 6+n.
+func linkTypes(l topology.Link) []int {
+	pcie := map[topology.Level]int{topology.LevelSYS: 1, topology.LevelNODE: 2, topology.LevelPHB: 3, topology.LevelPXB: 4, topology.LevelPIX: 5}
+	if l.Level == topology.LevelNV {
+		return []int{6 + min(max(l.NVLinks, 1), 18)}
+	}
+	return []int{pcie[l.Level]}
+}
+
+// New prepares a kubelet; Start runs it.
+func New(cfg Config, kube kubernetes.Interface) (*Kubelet, error) {
+	if cfg.Policy == "" {
+		cfg.Policy = BestEffort
+	}
+	k := &Kubelet{cfg: cfg, kube: kube, server: podresourcestest.New(cfg.Socket), freeVF: map[string]bool{}, assigned: map[types.UID]Assignment{}, keys: map[types.UID][2]string{}}
+	t := cfg.Topology
+	m := t.Matrix()
+	for i := range t.GPUs {
+		d := &gpuallocator.Device{Index: i, Links: map[int][]gpuallocator.P2PLink{}}
+		d.UUID = GPUID(t, i)
+		k.gpus = append(k.gpus, d)
+		k.freeGPU = append(k.freeGPU, true)
+	}
+	for i, d := range k.gpus {
+		for j, peer := range k.gpus {
+			if i == j {
+				continue
+			}
+			for _, lt := range linkTypes(m.Cells[i][j]) {
+				d.Links[j] = append(d.Links[j], p2pLink(peer, lt))
+			}
+		}
+	}
+	switch cfg.Policy {
+	case BestEffort:
+		k.policy = gpuallocator.NewBestEffortPolicy()
+	case FirstFit:
+		k.policy = gpuallocator.NewSimplePolicy()
+	default:
+		return nil, fmt.Errorf("node %s: GPU policy %q: want %s or %s", cfg.Name, cfg.Policy, BestEffort, FirstFit)
+	}
+	for _, n := range t.NICs {
+		for _, vf := range n.VFs {
+			k.freeVF[vf] = true
+		}
+	}
+	return k, nil
+}
+
+// Start registers the Node, serves podresources and admits pods until ctx ends.
+func (k *Kubelet) Start(ctx context.Context) error {
+	if err := k.register(ctx); err != nil {
+		return err
+	}
+	k.publish()
+	if err := k.server.Start(); err != nil {
+		return err
+	}
+	context.AfterFunc(ctx, k.server.Stop)
+	factory := informers.NewSharedInformerFactoryWithOptions(k.kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", k.cfg.Name).String()
+	}))
+	inf := factory.Core().V1().Pods().Informer()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { k.admit(ctx, obj) },
+		UpdateFunc: func(_, obj interface{}) { k.admit(ctx, obj) },
+		DeleteFunc: func(obj interface{}) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if p, ok := obj.(*corev1.Pod); ok {
+				k.release(p.UID)
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	return nil
+}
+
+func (k *Kubelet) register(ctx context.Context) error {
+	res := corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("192"), corev1.ResourceMemory: resource.MustParse("2Ti"), corev1.ResourcePods: resource.MustParse("110"),
+		corev1.ResourceName(k.cfg.GPUResource): *resource.NewQuantity(int64(len(k.gpus)), resource.DecimalSI),
+	}
+	if k.cfg.RDMAResource != "" {
+		res[corev1.ResourceName(k.cfg.RDMAResource)] = *resource.NewQuantity(int64(k.cfg.RDMASlots), resource.DecimalSI)
+	}
+	if k.cfg.SRIOVResource != "" && len(k.freeVF) > 0 {
+		res[corev1.ResourceName(k.cfg.SRIOVResource)] = *resource.NewQuantity(int64(len(k.freeVF)), resource.DecimalSI)
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: k.cfg.Name, Labels: map[string]string{"kubernetes.io/hostname": k.cfg.Name, "nvidia.com/gpu.present": "true"}},
+		Status: corev1.NodeStatus{Capacity: res, Allocatable: res,
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}},
+	}
+	_, err := k.kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	return err
+}
+
+// publish tells the podresources server what is offered and held.
+func (k *Kubelet) publish() {
+	var offered []podresources.Device
+	for i, g := range k.cfg.Topology.GPUs {
+		offered = append(offered, podresources.Device{Resource: k.cfg.GPUResource, ID: GPUID(k.cfg.Topology, i), NUMANodes: []int{topology.NUMAOf(g.PCI)}})
+	}
+	if k.cfg.RDMAResource != "" {
+		offered = append(offered, podresources.Device{Resource: k.cfg.RDMAResource, ID: "rdma-shared"})
+	}
+	for vf := range k.freeVF {
+		offered = append(offered, podresources.Device{Resource: k.cfg.SRIOVResource, ID: vf})
+	}
+	k.server.SetAllocatable(offered)
+}
+
+func (k *Kubelet) admit(ctx context.Context, obj interface{}) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" || pod.DeletionTimestamp != nil {
+		return
+	}
+	k.mu.Lock()
+	if _, done := k.assigned[pod.UID]; done {
+		k.mu.Unlock()
+		return
+	}
+	a, err := k.allocate(pod)
+	if err == nil {
+		k.assigned[pod.UID] = a
+		k.keys[pod.UID] = [2]string{pod.Namespace, pod.Name}
+		k.server.SetPod(pod.Namespace, pod.Name, k.devicesOf(pod, a))
+	}
+	k.mu.Unlock()
+	status := pod.DeepCopy()
+	if err != nil {
+		status.Status.Phase = corev1.PodFailed
+		status.Status.Reason = "UnexpectedAdmissionError"
+		status.Status.Message = err.Error()
+	} else {
+		status.Status.Phase = corev1.PodRunning
+		status.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	}
+	if _, err := k.kube.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, status, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
+		klog.V(2).InfoS("Simulated kubelet could not update pod status", "pod", klog.KObj(pod), "err", err)
+	}
+}
+
+// allocate picks devices for pod; k.mu is held.
+func (k *Kubelet) allocate(pod *corev1.Pod) (Assignment, error) {
+	var a Assignment
+	want := podQuantity(pod, k.cfg.GPUResource)
+	if want > 0 {
+		var available []*gpuallocator.Device
+		for i, d := range k.gpus {
+			if k.freeGPU[i] {
+				available = append(available, d)
+			}
+		}
+		picked := k.policy.Allocate(available, nil, int(want))
+		if len(picked) != int(want) {
+			return a, fmt.Errorf("node %s: %d GPUs requested, %d free", k.cfg.Name, want, len(available))
+		}
+		for _, d := range picked {
+			a.GPUs = append(a.GPUs, d.Index)
+		}
+		sort.Ints(a.GPUs)
+	}
+	if vfs := podQuantity(pod, k.cfg.SRIOVResource); vfs > 0 && k.cfg.SRIOVResource != "" {
+		var free []string
+		for vf, ok := range k.freeVF {
+			if ok {
+				free = append(free, vf)
+			}
+		}
+		sort.Strings(free)
+		if int64(len(free)) < vfs {
+			return a, fmt.Errorf("node %s: %d VFs requested, %d free", k.cfg.Name, vfs, len(free))
+		}
+		a.VFs = free[:vfs]
+	}
+	for _, g := range a.GPUs {
+		k.freeGPU[g] = false
+	}
+	for _, vf := range a.VFs {
+		k.freeVF[vf] = false
+	}
+	return a, nil
+}
+
+func (k *Kubelet) devicesOf(pod *corev1.Pod, a Assignment) []podresources.Device {
+	var out []podresources.Device
+	for _, g := range a.GPUs {
+		out = append(out, podresources.Device{Resource: k.cfg.GPUResource, ID: GPUID(k.cfg.Topology, g)})
+	}
+	for _, vf := range a.VFs {
+		out = append(out, podresources.Device{Resource: k.cfg.SRIOVResource, ID: vf})
+	}
+	if k.cfg.RDMAResource != "" && podQuantity(pod, k.cfg.RDMAResource) > 0 {
+		out = append(out, podresources.Device{Resource: k.cfg.RDMAResource, ID: "rdma-shared"})
+	}
+	return out
+}
+
+func (k *Kubelet) release(uid types.UID) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	a, ok := k.assigned[uid]
+	if !ok {
+		return
+	}
+	for _, g := range a.GPUs {
+		k.freeGPU[g] = true
+	}
+	for _, vf := range a.VFs {
+		k.freeVF[vf] = true
+	}
+	key := k.keys[uid]
+	delete(k.assigned, uid)
+	delete(k.keys, uid)
+	k.server.DeletePod(key[0], key[1])
+}
+
+// Assigned returns what a pod got (false if nothing yet).
+func (k *Kubelet) Assigned(uid types.UID) (Assignment, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	a, ok := k.assigned[uid]
+	return a, ok
+}
+
+// Socket is the podresources socket path.
+func (k *Kubelet) Socket() string { return k.cfg.Socket }
+
+func podQuantity(pod *corev1.Pod, name string) int64 {
+	if name == "" {
+		return 0
+	}
+	var total int64
+	for _, c := range pod.Spec.Containers {
+		if q, ok := c.Resources.Limits[corev1.ResourceName(name)]; ok {
+			total += q.Value()
+		} else if q, ok := c.Resources.Requests[corev1.ResourceName(name)]; ok {
+			total += q.Value()
+		}
+	}
+	return total
+}
