@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
@@ -35,6 +36,10 @@ const (
 	BestEffort = "best-effort"
 	// FirstFit takes the lowest-numbered free GPUs.
 	FirstFit = "first-fit"
+	// Planned takes the GPUs the scheduler planned (nicaffinity.io/allocation)
+	// when they are free, else falls back to BestEffort: a device plugin whose
+	// preferred allocation honours the plan.
+	Planned = "planned"
 )
 
 // Config describes one simulated node.
@@ -120,8 +125,10 @@ func New(cfg Config, kube kubernetes.Interface) (*Kubelet, error) {
 		k.policy = gpuallocator.NewBestEffortPolicy()
 	case FirstFit:
 		k.policy = gpuallocator.NewSimplePolicy()
+	case Planned:
+		k.policy = gpuallocator.NewBestEffortPolicy()
 	default:
-		return nil, fmt.Errorf("node %s: GPU policy %q: want %s or %s", cfg.Name, cfg.Policy, BestEffort, FirstFit)
+		return nil, fmt.Errorf("node %s: GPU policy %q: want %s, %s or %s", cfg.Name, cfg.Policy, BestEffort, FirstFit, Planned)
 	}
 	for _, n := range t.NICs {
 		for _, vf := range n.VFs {
@@ -241,7 +248,10 @@ func (k *Kubelet) allocate(pod *corev1.Pod) (Assignment, error) {
 				available = append(available, d)
 			}
 		}
-		picked := k.policy.Allocate(available, nil, int(want))
+		picked := k.planned(pod, int(want))
+		if picked == nil {
+			picked = k.policy.Allocate(available, nil, int(want))
+		}
 		if len(picked) != int(want) {
 			return a, fmt.Errorf("node %s: %d GPUs requested, %d free", k.cfg.Name, want, len(available))
 		}
@@ -270,6 +280,32 @@ func (k *Kubelet) allocate(pod *corev1.Pod) (Assignment, error) {
 		k.freeVF[vf] = false
 	}
 	return a, nil
+}
+
+// planned returns the pod's planned GPUs when the policy follows plans and
+// they are all free; k.mu is held.
+func (k *Kubelet) planned(pod *corev1.Pod, want int) []*gpuallocator.Device {
+	if k.cfg.Policy != Planned {
+		return nil
+	}
+	plan, err := annotations.ParseAllocation(pod.Annotations[annotations.AllocationKey])
+	if err != nil || plan.Node != k.cfg.Name || len(plan.GPUs) != want {
+		return nil
+	}
+	var out []*gpuallocator.Device
+	for _, bus := range plan.GPUs {
+		found := false
+		for i, g := range k.cfg.Topology.GPUs {
+			if g.PCI.Address == bus && k.freeGPU[i] {
+				out = append(out, k.gpus[i])
+				found = true
+			}
+		}
+		if !found {
+			return nil
+		}
+	}
+	return out
 }
 
 func (k *Kubelet) devicesOf(pod *corev1.Pod, a Assignment) []podresources.Device {

@@ -195,14 +195,6 @@ func (s *store) rebuild(node string) {
 	e.view = v
 }
 
-func compileObject(obj interface{}, gpuResource string) (*nrt.Compiled, error) {
-	o, ok := obj.(*v1alpha2.NodeResourceTopology)
-	if !ok {
-		return nil, fmt.Errorf("not a NodeResourceTopology: %T", obj)
-	}
-	return nrt.Compile(o, gpuResource)
-}
-
 // informerCache feeds the store from an NRT informer and the scheduler's pod informer.
 type informerCache struct {
 	*store
@@ -271,8 +263,21 @@ func newInformerCache(ctx context.Context, h fwk.Handle, args *Args) (*informerC
 }
 
 func (c *informerCache) update(obj interface{}) {
-	o, ok := obj.(*v1alpha2.NodeResourceTopology)
-	if !ok {
+	if o, ok := obj.(*v1alpha2.NodeResourceTopology); ok {
+		c.observe(o)
+	}
+}
+
+// observe compiles an object unless its version is already in. The
+// scheduler's queue sees NRT events through its own informer: the queueing
+// hint calls observe so the cache is never older than the event that
+// requeues a pod.
+func (c *informerCache) observe(o *v1alpha2.NodeResourceTopology) {
+	c.mu.RLock()
+	e, ok := c.nodes[o.Name]
+	seen := ok && e.compiled != nil && o.ResourceVersion != "" && e.compiled.ResourceVersion == o.ResourceVersion
+	c.mu.RUnlock()
+	if seen {
 		return
 	}
 	compiled, err := nrt.Compile(o, c.gpuResource)

@@ -18,6 +18,9 @@ func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
+	if s == nil {
+		return nil
+	}
 	req := &s.req
 	node := nodeInfo.Node().Name
 	v, why := pl.cache.View(node)

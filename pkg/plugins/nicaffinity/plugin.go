@@ -8,10 +8,14 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 )
 
 // Name is the plugin's name in the registry and in configurations.
@@ -112,7 +116,17 @@ func (pl *NICAffinity) isSchedulableAfterNRTChange(logger klog.Logger, pod *v1.P
 	if err != nil || req == nil {
 		return fwk.QueueSkip, nil
 	}
-	c, err := compileObject(newObj, pl.args.GPUResourceName)
+	o, err := asNRT(newObj)
+	if err != nil {
+		logger.V(5).Info("NodeResourceTopology event with an object that is not one", "pod", klog.KObj(pod), "err", err)
+		return fwk.QueueSkip, nil
+	}
+	if obs, ok := pl.cache.(interface {
+		observe(*v1alpha2.NodeResourceTopology)
+	}); ok {
+		obs.observe(o)
+	}
+	c, err := nrt.Compile(o, pl.args.GPUResourceName)
 	if err != nil {
 		logger.V(5).Info("NodeResourceTopology changed but cannot be read", "pod", klog.KObj(pod), "err", err)
 		return fwk.QueueSkip, nil
@@ -133,4 +147,21 @@ func (pl *NICAffinity) isSchedulableAfterPodDeleted(_ klog.Logger, pod *v1.Pod, 
 		return fwk.QueueSkip, nil
 	}
 	return fwk.Queue, nil
+}
+
+// asNRT reads the object of a NodeResourceTopology event: the scheduler
+// watches custom resources through a dynamic informer, so it arrives
+// unstructured.
+func asNRT(obj interface{}) (*v1alpha2.NodeResourceTopology, error) {
+	switch o := obj.(type) {
+	case *v1alpha2.NodeResourceTopology:
+		return o, nil
+	case *unstructured.Unstructured:
+		out := &v1alpha2.NodeResourceTopology{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("unexpected %T", obj)
 }

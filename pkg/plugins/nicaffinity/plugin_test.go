@@ -9,7 +9,10 @@ import (
 	"time"
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
@@ -398,4 +401,58 @@ func TestCacheConcurrent(t *testing.T) {
 	}
 	close(done)
 	wg.Wait()
+}
+
+// TestSkippedPodThroughLaterPoints: PreFilter skips whole-node pods, yet the
+// framework still calls Score, Reserve and PreBind's preflight for them.
+func TestSkippedPodThroughLaterPoints(t *testing.T) {
+	pl, _ := newTestPlugin(t, nil, handNRT("n", 0, 1, 2, 3, 4, 5, 6, 7))
+	pod := makePod("whole", 8, nil, rdma, "1")
+	cycle, st := preFilter(t, pl, pod, nodeInfo("n", 8))
+	if st.Code() != fwk.Skip {
+		t.Fatalf("PreFilter = %v, want Skip", st)
+	}
+	if s, st := pl.Score(t.Context(), cycle, pod, nodeInfo("n", 8)); !st.IsSuccess() || s != 0 {
+		t.Errorf("Score = %d, %v", s, st)
+	}
+	if st := pl.Reserve(t.Context(), cycle, pod, "n"); !st.IsSuccess() {
+		t.Errorf("Reserve = %v", st)
+	}
+	if _, st := pl.PreBindPreFlight(t.Context(), cycle, pod, "n"); st.Code() != fwk.Skip {
+		t.Errorf("PreBindPreFlight = %v, want Skip", st)
+	}
+	pl.Unreserve(t.Context(), cycle, pod, "n")
+}
+
+// TestQueueingHints: the scheduler hands NodeResourceTopology events over as
+// unstructured objects (dynamic informer); pods come back only when the
+// object has enough free GPUs, and the cache sees the object first.
+func TestQueueingHints(t *testing.T) {
+	pl, _ := newTestPlugin(t, nil)
+	u := &unstructured.Unstructured{}
+	obj := handNRT("n", 0, 1, 2)
+	obj.ResourceVersion = "42"
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Object = m
+	logger := klog.Background()
+	if h, err := pl.isSchedulableAfterNRTChange(logger, makePod("two", 2, nil, rdma, "1"), nil, u); err != nil || h != fwk.Queue {
+		t.Errorf("2-GPU pod, 3 free: %v %v, want Queue", h, err)
+	}
+	if h, _ := pl.isSchedulableAfterNRTChange(logger, makePod("four", 4, nil, rdma, "1"), nil, u); h != fwk.QueueSkip {
+		t.Errorf("4-GPU pod, 3 free: %v, want QueueSkip", h)
+	}
+	if h, _ := pl.isSchedulableAfterNRTChange(logger, makePod("four", 4, nil, rdma, "1"), nil, "garbage"); h != fwk.QueueSkip {
+		t.Errorf("garbage object: %v, want QueueSkip", h)
+	}
+	deleted := makePod("gone", 2, nil, rdma, "1")
+	deleted.Spec.NodeName = "n"
+	if h, _ := pl.isSchedulableAfterPodDeleted(logger, makePod("w", 1, nil), deleted, nil); h != fwk.Queue {
+		t.Errorf("deleted GPU pod: %v, want Queue", h)
+	}
+	if h, _ := pl.isSchedulableAfterPodDeleted(logger, makePod("w", 1, nil), makePod("cpu", 0, nil), nil); h != fwk.QueueSkip {
+		t.Errorf("deleted CPU pod: %v, want QueueSkip", h)
+	}
 }

@@ -2,6 +2,7 @@ package nicaffinity
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -106,8 +107,13 @@ func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v
 // PreFilterExtensions: none; reservations live in the cache, not in the cycle.
 func (pl *NICAffinity) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
+// getState reads the pod's state. nil without an error when PreFilter
+// skipped the pod: Score, Reserve and PreBind are still called for it.
 func getState(cycle fwk.CycleState) (*preFilterState, error) {
 	d, err := cycle.Read(stateKey)
+	if errors.Is(err, fwk.ErrNotFound) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading %q from cycle state: %w", stateKey, err)
 	}

@@ -23,6 +23,9 @@ func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
+	if s == nil {
+		return nil // skipped in PreFilter: nothing to plan
+	}
 	v, _ := pl.cache.View(node)
 	if v == nil || s.req.gpus >= len(v.c.GPUs) {
 		return nil // nothing to plan against: the kubelet decides alone
@@ -75,7 +78,7 @@ func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v
 // Unreserve releases what Reserve held.
 func (pl *NICAffinity) Unreserve(_ context.Context, cycle fwk.CycleState, pod *v1.Pod, node string) {
 	pl.cache.Unreserve(node, pod.UID)
-	if s, err := getState(cycle); err == nil {
+	if s, err := getState(cycle); err == nil && s != nil {
 		s.planned = nil
 	}
 }
@@ -83,7 +86,7 @@ func (pl *NICAffinity) Unreserve(_ context.Context, cycle fwk.CycleState, pod *v
 // PreBindPreFlight: PreBind has work only when Reserve made a plan.
 func (pl *NICAffinity) PreBindPreFlight(_ context.Context, cycle fwk.CycleState, _ *v1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
 	s, err := getState(cycle)
-	if err != nil || s.planned == nil {
+	if err != nil || s == nil || s.planned == nil {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	return &fwk.PreBindPreFlightResult{AllowParallel: true}, nil
@@ -93,7 +96,7 @@ func (pl *NICAffinity) PreBindPreFlight(_ context.Context, cycle fwk.CycleState,
 // exporter compares it with what the kubelet really handed out.
 func (pl *NICAffinity) PreBind(ctx context.Context, cycle fwk.CycleState, pod *v1.Pod, _ string) *fwk.Status {
 	s, err := getState(cycle)
-	if err != nil || s.planned == nil {
+	if err != nil || s == nil || s.planned == nil {
 		return nil
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annotations.AllocationKey: annotations.Marshal(s.planned)}}})

@@ -17,6 +17,9 @@ func (pl *NICAffinity) Score(_ context.Context, cycle fwk.CycleState, _ *v1.Pod,
 	if err != nil {
 		return 0, fwk.AsStatus(err)
 	}
+	if s == nil {
+		return 0, nil // skipped pod: every node alike
+	}
 	v, _ := pl.cache.View(nodeInfo.Node().Name)
 	if v == nil {
 		return 0, nil

@@ -167,3 +167,21 @@ func DGXH100NUMAOff(t *Tree) {
 		}
 	}
 }
+
+// HalfNICs is an 8-GPU node whose four PCIe switches hold two GPUs each and
+// only the last two switches an RDMA NIC (mlx5_0 next to GPUs 4,5, mlx5_1 next
+// to GPUs 6,7): the shape where a pod that lands on GPUs 0-3 gets no
+// GPUDirect RDMA. One socket, every switch on its own root port of one host bridge.
+func HalfNICs(t *Tree) {
+	t.NUMANode(0, "0-63")
+	for s := 0; s < 4; s++ {
+		b := 0x10 + 0x10*s
+		sw := chain(0, addr(0, fmt.Sprintf("%02x.0", s+1)), addr(b, "00.0"))
+		for i := 0; i < 2; i++ {
+			t.GPU(fmt.Sprintf("%s/%s/%s", sw, addr(b+1, fmt.Sprintf("%02x.0", i)), addr(b+2+i, "00.0")), 0, "0-63")
+		}
+		if s >= 2 {
+			t.NIC(fmt.Sprintf("%s/%s/%s", sw, addr(b+1, "08.0"), addr(b+8, "00.0")), fmt.Sprintf("mlx5_%d", s-2), 0)
+		}
+	}
+}

@@ -1,0 +1,144 @@
+// Package cluster assembles a simulated GPU cluster on an in-process control
+// plane: per node a sysfs tree of a real machine's shape, a simulated kubelet
+// serving podresources, and the real topology exporter publishing its
+// NodeResourceTopology. Tests and the simulator share it.
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nicaffinity/nicaffinity/internal/controlplane"
+	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
+	"github.com/nicaffinity/nicaffinity/pkg/exporter"
+	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+)
+
+// NodeSpec is one node to simulate.
+type NodeSpec struct {
+	Name    string
+	Machine func(*sysfstest.Tree)
+	// Policy is the simulated device plugin's GPU policy (kubeletsim).
+	Policy string
+}
+
+// Options tune the node side.
+type Options struct {
+	// MinWriteInterval and ResyncPeriod of every exporter.
+	MinWriteInterval, ResyncPeriod time.Duration
+	RDMAResource                   string
+	SRIOVResource                  string
+}
+
+// DefaultOptions are the exporter's defaults and the guides' resource names.
+func DefaultOptions() Options {
+	return Options{MinWriteInterval: time.Second, ResyncPeriod: time.Minute, RDMAResource: "rdma/hca", SRIOVResource: "openshift.io/sriov_highnet"}
+}
+
+// Node is one simulated node.
+type Node struct {
+	Name     string
+	Topology *topology.Topology
+	Kubelet  *kubeletsim.Kubelet
+
+	disc    discovery.Host
+	socket  string
+	opts    Options
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	done    chan struct{}
+	cluster *Cluster
+}
+
+// Cluster is a running simulated cluster.
+type Cluster struct {
+	CP    *controlplane.ControlPlane
+	Nodes map[string]*Node
+	t     testing.TB
+}
+
+// Start builds and starts every node; all stops when t ends.
+func Start(t testing.TB, cp *controlplane.ControlPlane, opts Options, specs ...NodeSpec) *Cluster {
+	t.Helper()
+	c := &Cluster{CP: cp, Nodes: map[string]*Node{}, t: t}
+	// Unix socket paths must stay short (108 bytes): one short temp dir.
+	sockDir, err := os.MkdirTemp("", "nicaff")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	for i, s := range specs {
+		tree := sysfstest.New(t.TempDir())
+		s.Machine(tree)
+		if err := tree.Err(); err != nil {
+			t.Fatal(err)
+		}
+		n := &Node{Name: s.Name, disc: discovery.Host{SysfsRoot: tree.Root, NVMLMode: discovery.NVMLOff}, socket: filepath.Join(sockDir, fmt.Sprintf("%d.sock", i)), opts: opts, cluster: c}
+		if n.Topology, err = n.disc.Discover(); err != nil {
+			t.Fatalf("node %s: %v", s.Name, err)
+		}
+		n.Kubelet, err = kubeletsim.New(kubeletsim.Config{
+			Name: s.Name, Topology: n.Topology, Socket: n.socket, Policy: s.Policy,
+			GPUResource: "nvidia.com/gpu", RDMAResource: opts.RDMAResource, RDMASlots: 100, SRIOVResource: opts.SRIOVResource,
+		}, cp.Kube)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Kubelet.Start(ctx); err != nil {
+			t.Fatalf("node %s kubelet: %v", s.Name, err)
+		}
+		c.Nodes[s.Name] = n
+		n.StartExporter()
+	}
+	return c
+}
+
+// StartExporter runs the node's real exporter (again, after StopExporter).
+func (n *Node) StartExporter() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cancel != nil {
+		return
+	}
+	t := n.cluster.t
+	src, err := podresources.Dial(n.socket, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := exporter.DefaultConfig(n.Name)
+	cfg.MinWriteInterval, cfg.ResyncPeriod = n.opts.MinWriteInterval, n.opts.ResyncPeriod
+	cfg.MaxBackoff = 2 * time.Second
+	cfg.Resources.SRIOV = []string{n.opts.SRIOVResource}
+	exp := exporter.New(cfg, n.disc, src, n.cluster.CP.Kube.CoreV1(), exporter.ApplyPublisher{Client: n.cluster.CP.NRT}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel, n.done = cancel, make(chan struct{})
+	done := n.done
+	go func() {
+		defer close(done)
+		defer src.Close()
+		_ = exp.Run(ctx)
+	}()
+	t.Cleanup(n.StopExporter)
+}
+
+// StopExporter stops the node's exporter (its object stays as last written).
+func (n *Node) StopExporter() {
+	n.mu.Lock()
+	cancel, done := n.cancel, n.done
+	n.cancel, n.done = nil, nil
+	n.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}

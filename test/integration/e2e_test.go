@@ -1,0 +1,293 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/nicaffinity/nicaffinity/internal/cluster"
+	"github.com/nicaffinity/nicaffinity/internal/controlplane"
+	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
+	"github.com/nicaffinity/nicaffinity/internal/schedulertest"
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+)
+
+// env is a control plane, simulated nodes with real exporters, and the real
+// scheduler with the shipped configuration plus a default-scheduler profile.
+type env struct {
+	cp *controlplane.ControlPlane
+	cl *cluster.Cluster
+}
+
+func startEnv(t *testing.T, specs ...cluster.NodeSpec) *env {
+	t.Helper()
+	cp := controlplane.Start(t)
+	e := &env{cp: cp, cl: cluster.Start(t, cp, cluster.DefaultOptions(), specs...)}
+	for _, s := range specs {
+		e.waitNRT(t, s.Name, func(*v1alpha2.NodeResourceTopology) bool { return true })
+	}
+	cfg, err := schedulertest.ShippedConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	schedulertest.Start(t, cp, schedulertest.WithDefaultProfile(cfg))
+	return e
+}
+
+func (e *env) waitNRT(t *testing.T, node string, cond func(*v1alpha2.NodeResourceTopology) bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		o, err := e.cp.NRT.TopologyV1alpha2().NodeResourceTopologies().Get(ctx, node, metav1.GetOptions{})
+		return err == nil && cond(o), nil
+	}); err != nil {
+		t.Fatalf("NRT of %s: %v", node, err)
+	}
+}
+
+type podOpts struct {
+	scheduler string
+	node      string // bind directly, bypassing schedulers
+	rdma      bool
+	ann       map[string]string
+}
+
+func (e *env) submit(t *testing.T, name string, gpus int64, o podOpts) {
+	t.Helper()
+	limits := corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI)}
+	if o.rdma {
+		limits["rdma/hca"] = resource.MustParse("1")
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: o.ann},
+		Spec: corev1.PodSpec{SchedulerName: o.scheduler, NodeName: o.node,
+			Containers: []corev1.Container{{Name: "train", Image: "train", Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits}}}},
+	}
+	if _, err := e.cp.Kube.CoreV1().Pods("default").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) pod(t *testing.T, name string) *corev1.Pod {
+	t.Helper()
+	p, err := e.cp.Kube.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// waitRunning waits until the simulated kubelet admitted the pod.
+func (e *env) waitRunning(t *testing.T, name string) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := e.cp.Kube.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		pod = p
+		return p.Status.Phase == corev1.PodRunning, nil
+	}); err != nil {
+		t.Fatalf("pod %s not running (node %q, phase %q): %v", name, pod.Spec.NodeName, pod.Status.Phase, err)
+	}
+	return pod
+}
+
+// observed waits for the exporter's verdict on a pod.
+func (e *env) observed(t *testing.T, name string) annotations.Observed {
+	t.Helper()
+	var out annotations.Observed
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := e.cp.Kube.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		v, ok := p.Annotations[annotations.ObservedKey]
+		return ok, func() error {
+			if ok {
+				return json.Unmarshal([]byte(v), &out)
+			}
+			return nil
+		}()
+	}); err != nil {
+		t.Fatalf("no observation for %s: %v", name, err)
+	}
+	return out
+}
+
+func halfNICNodes(names ...string) []cluster.NodeSpec {
+	var out []cluster.NodeSpec
+	for _, n := range names {
+		out = append(out, cluster.NodeSpec{Name: n, Machine: sysfstest.HalfNICs, Policy: kubeletsim.BestEffort})
+	}
+	return out
+}
+
+// TestE2ENICLessSwitches: three nodes whose GPUs 0-3 have no NIC; on a and c
+// a job without RDMA already holds those four. 4-, 2- and 1-GPU RDMA pods
+// through nicaffinity land where every GPU the device plugin can hand out has
+// a PIX NIC, and the exporter sees them aligned; through the default
+// scheduler the same pods spread onto the empty node, where the device
+// plugin hands out NIC-less GPUs.
+func TestE2ENICLessSwitches(t *testing.T) {
+	for _, tc := range []struct {
+		scheduler   string
+		wantAligned bool
+	}{{"nicaffinity-scheduler", true}, {"default-scheduler", false}} {
+		t.Run(tc.scheduler, func(t *testing.T) {
+			e := startEnv(t, halfNICNodes("a", "b", "c")...)
+			for _, n := range []string{"a", "c"} {
+				e.submit(t, "batch-"+n, 4, podOpts{node: n})
+				e.waitRunning(t, "batch-"+n)
+				e.waitNRT(t, n, func(o *v1alpha2.NodeResourceTopology) bool { return zoneRes(o, "node-0", "nvidia.com/gpu") == "8/8/4" })
+			}
+			misaligned := 0
+			for _, p := range []struct {
+				name string
+				gpus int64
+			}{{"train-4", 4}, {"train-2", 2}, {"train-1", 1}} {
+				e.submit(t, p.name, p.gpus, podOpts{scheduler: tc.scheduler, rdma: true})
+				pod := e.waitRunning(t, p.name)
+				o := e.observed(t, p.name)
+				t.Logf("%s: %s on %s, level %s, aligned %v, plan %s", tc.scheduler, p.name, pod.Spec.NodeName, o.Level, o.Aligned, o.Plan)
+				if !o.Aligned {
+					misaligned++
+				}
+			}
+			if tc.wantAligned && misaligned > 0 {
+				t.Errorf("%d of 3 RDMA pods misaligned under nicaffinity", misaligned)
+			}
+			if !tc.wantAligned && misaligned == 0 {
+				t.Errorf("the default scheduler aligned every pod: the scenario shows nothing")
+			}
+		})
+	}
+}
+
+// TestE2EWholeNode: an 8-GPU pod is not the plugin's business: scheduled, no plan.
+func TestE2EWholeNode(t *testing.T) {
+	e := startEnv(t, cluster.NodeSpec{Name: "h100", Machine: sysfstest.HGXH100})
+	e.submit(t, "whole", 8, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
+	pod := e.waitRunning(t, "whole")
+	if _, ok := pod.Annotations[annotations.AllocationKey]; ok {
+		t.Errorf("whole-node pod got a plan: %s", pod.Annotations[annotations.AllocationKey])
+	}
+	if o := e.observed(t, "whole"); !o.Aligned || o.Level != "PIX" {
+		t.Errorf("whole-node pod observed %+v", o)
+	}
+}
+
+// TestE2EBurst: 32 one-GPU RDMA pods at once on four 8-GPU nodes, faster than
+// the exporters publish: no GPU is planned twice, and with a device plugin
+// that follows plans, what the exporters observe matches every plan.
+func TestE2EBurst(t *testing.T) {
+	var specs []cluster.NodeSpec
+	for i := 0; i < 4; i++ {
+		specs = append(specs, cluster.NodeSpec{Name: fmt.Sprintf("h100-%d", i), Machine: sysfstest.HGXH100, Policy: kubeletsim.Planned})
+	}
+	e := startEnv(t, specs...)
+	var wg sync.WaitGroup
+	for i := 0; i < 32; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			e.submit(t, fmt.Sprintf("burst-%02d", i), 1, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
+		}(i)
+	}
+	wg.Wait()
+	planned := map[string]string{}
+	for i := 0; i < 32; i++ {
+		name := fmt.Sprintf("burst-%02d", i)
+		pod := e.waitRunning(t, name)
+		plan, err := annotations.ParseAllocation(pod.Annotations[annotations.AllocationKey])
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		key := plan.Node + "/" + strings.Join(plan.GPUs, ",")
+		if prev, dup := planned[key]; dup {
+			t.Errorf("%s and %s both planned on %s", prev, name, key)
+		}
+		planned[key] = name
+		if o := e.observed(t, name); o.Plan != "matched" || !o.Aligned {
+			t.Errorf("%s: observed %+v, want the plan matched and aligned", name, o)
+		}
+	}
+}
+
+// TestE2ETopologyUnavailable: a node whose object is deleted (exporter
+// stopped) or garbled is "topology unknown": required pods are rejected there
+// with the reason, and placed once the exporter publishes again.
+func TestE2ETopologyUnavailable(t *testing.T) {
+	e := startEnv(t, cluster.NodeSpec{Name: "gone", Machine: sysfstest.HGXH100}, cluster.NodeSpec{Name: "garbled", Machine: sysfstest.HGXH100})
+	ctx := context.Background()
+	e.cl.Nodes["gone"].StopExporter()
+	if err := e.cp.NRT.TopologyV1alpha2().NodeResourceTopologies().Delete(ctx, "gone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.cl.Nodes["garbled"].StopExporter()
+	patch := []byte(`{"attributes":[{"name":"nicaffinity.io/schema","value":"0"}]}`)
+	if _, err := e.cp.NRT.TopologyV1alpha2().NodeResourceTopologies().Patch(ctx, "garbled", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.submit(t, "waiting", 2, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
+	msg := waitFailedScheduling(t, e.cp, "waiting")
+	for _, want := range []string{"no NodeResourceTopology for this node", "NodeResourceTopology cannot be read"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("FailedScheduling %q lacks %q", msg, want)
+		}
+	}
+	t.Logf("while unavailable: %s", msg)
+	e.cl.Nodes["gone"].StartExporter()
+	e.waitNRT(t, "gone", func(*v1alpha2.NodeResourceTopology) bool { return true })
+	t.Logf("NRT back")
+	if pod := e.waitRunning(t, "waiting"); pod.Spec.NodeName != "gone" {
+		t.Errorf("placed on %s, want gone (the node whose exporter came back)", pod.Spec.NodeName)
+	}
+}
+
+func waitFailedScheduling(t *testing.T, cp *controlplane.ControlPlane, pod string) string {
+	t.Helper()
+	var msg string
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		events, err := cp.Kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, ev := range events.Items {
+			if ev.InvolvedObject.Name == pod && ev.Reason == "FailedScheduling" {
+				msg = ev.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("no FailedScheduling for %s: %v", pod, err)
+	}
+	return msg
+}
+
+func eventsOf(t *testing.T, cp *controlplane.ControlPlane, pod string) string {
+	events, err := cp.Kube.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, ev := range events.Items {
+		if ev.InvolvedObject.Name == pod {
+			out = append(out, ev.Reason+": "+ev.Message)
+		}
+	}
+	return strings.Join(out, " | ")
+}
