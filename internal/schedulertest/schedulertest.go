@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,8 +44,9 @@ func WithDefaultProfile(cfg string) string {
 // Start runs the scheduler with cfg (a KubeSchedulerConfiguration; its
 // clientConnection is pointed at cp) until the test ends. Leader election is
 // turned off: kube-scheduler exits the process when it stops leading, which a
-// test cannot survive (run the binary to test election).
-func Start(t testing.TB, cp *controlplane.ControlPlane, cfg string) {
+// test cannot survive (run the binary to test election). The returned func
+// stops it early (a scheduler restart).
+func Start(t testing.TB, cp *controlplane.ControlPlane, cfg string) (stop func()) {
 	t.Helper()
 	cfg = strings.Replace(cfg, "leaderElect: true", "leaderElect: false", 1)
 	dir := t.TempDir()
@@ -72,10 +74,15 @@ func Start(t testing.TB, cp *controlplane.ControlPlane, cfg string) {
 		defer close(done)
 		_ = app.Run(ctx, cc, sched)
 	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		// A second scheduler in this process registers the same configz name.
-		configz.Delete("componentconfig")
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			// A second scheduler in this process registers the same configz name.
+			configz.Delete("componentconfig")
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }

@@ -27,14 +27,20 @@ import (
 // env is a control plane, simulated nodes with real exporters, and the real
 // scheduler with the shipped configuration plus a default-scheduler profile.
 type env struct {
-	cp *controlplane.ControlPlane
-	cl *cluster.Cluster
+	cp        *controlplane.ControlPlane
+	cl        *cluster.Cluster
+	stopSched func()
 }
 
 func startEnv(t *testing.T, specs ...cluster.NodeSpec) *env {
 	t.Helper()
+	return startEnvWith(t, cluster.DefaultOptions(), specs...)
+}
+
+func startEnvWith(t *testing.T, opts cluster.Options, specs ...cluster.NodeSpec) *env {
+	t.Helper()
 	cp := controlplane.Start(t)
-	e := &env{cp: cp, cl: cluster.Start(t, cp, cluster.DefaultOptions(), specs...)}
+	e := &env{cp: cp, cl: cluster.Start(t, cp, opts, specs...)}
 	for _, s := range specs {
 		e.waitNRT(t, s.Name, func(*v1alpha2.NodeResourceTopology) bool { return true })
 	}
@@ -42,8 +48,19 @@ func startEnv(t *testing.T, specs ...cluster.NodeSpec) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	schedulertest.Start(t, cp, schedulertest.WithDefaultProfile(cfg))
+	e.stopSched = schedulertest.Start(t, cp, schedulertest.WithDefaultProfile(cfg))
 	return e
+}
+
+// restartScheduler stops the scheduler and starts a fresh one (empty cache).
+func (e *env) restartScheduler(t *testing.T) {
+	t.Helper()
+	e.stopSched()
+	cfg, err := schedulertest.ShippedConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.stopSched = schedulertest.Start(t, e.cp, schedulertest.WithDefaultProfile(cfg))
 }
 
 func (e *env) waitNRT(t *testing.T, node string, cond func(*v1alpha2.NodeResourceTopology) bool) {
@@ -290,4 +307,46 @@ func eventsOf(t *testing.T, cp *controlplane.ControlPlane, pod string) string {
 		}
 	}
 	return strings.Join(out, " | ")
+}
+
+// TestE2ESchedulerRestart: the exporters publish slowly (every 15 s at most);
+// a scheduler places eight pods, is replaced by a fresh one with an empty
+// cache, and eight more pods arrive before the objects catch up. The new
+// scheduler adopts the plans of bound pods, so no GPU is planned twice and
+// every pod runs where it was planned.
+func TestE2ESchedulerRestart(t *testing.T) {
+	opts := cluster.DefaultOptions()
+	opts.MinWriteInterval = 15 * time.Second
+	e := startEnvWith(t, opts,
+		cluster.NodeSpec{Name: "h100-a", Machine: sysfstest.HGXH100, Policy: kubeletsim.Planned},
+		cluster.NodeSpec{Name: "h100-b", Machine: sysfstest.HGXH100, Policy: kubeletsim.Planned})
+	for i := 0; i < 8; i++ {
+		e.submit(t, fmt.Sprintf("before-%d", i), 1, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
+	}
+	for i := 0; i < 8; i++ {
+		e.waitRunning(t, fmt.Sprintf("before-%d", i))
+	}
+	e.restartScheduler(t)
+	for i := 0; i < 8; i++ {
+		e.submit(t, fmt.Sprintf("after-%d", i), 1, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
+	}
+	planned := map[string]string{}
+	for _, phase := range []string{"before", "after"} {
+		for i := 0; i < 8; i++ {
+			name := fmt.Sprintf("%s-%d", phase, i)
+			pod := e.waitRunning(t, name)
+			plan, err := annotations.ParseAllocation(pod.Annotations[annotations.AllocationKey])
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			key := plan.Node + "/" + strings.Join(plan.GPUs, ",")
+			if prev, dup := planned[key]; dup {
+				t.Errorf("%s and %s both planned on %s", prev, name, key)
+			}
+			planned[key] = name
+			if o := e.observed(t, name); o.Plan != "matched" {
+				t.Errorf("%s: plan %s (%+v)", name, o.Plan, o)
+			}
+		}
+	}
 }

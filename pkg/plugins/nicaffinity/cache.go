@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 )
 
@@ -225,6 +226,11 @@ func newInformerCache(ctx context.Context, h fwk.Handle, args *Args) (*informerC
 	}
 	c.pods = podInformer.GetIndexer()
 	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		// Plans outlive the scheduler that made them: a restarted scheduler,
+		// or another replica, holds what bound pods were planned to get
+		// until the node's object counts them.
+		AddFunc:    func(obj interface{}) { c.adoptPlan(obj) },
+		UpdateFunc: func(_, obj interface{}) { c.adoptPlan(obj) },
 		DeleteFunc: func(obj interface{}) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
@@ -260,6 +266,48 @@ func newInformerCache(ctx context.Context, h fwk.Handle, args *Args) (*informerC
 		}
 	}
 	return c, nil
+}
+
+// adoptPlan reserves the planned GPUs of a bound pod this cache holds no
+// reservation for, unless the node's object already counts the pod.
+func (c *informerCache) adoptPlan(obj interface{}) {
+	p, ok := obj.(*v1.Pod)
+	if !ok || p.Spec.NodeName == "" || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+		return
+	}
+	s, ok := p.Annotations[annotations.AllocationKey]
+	if !ok {
+		return
+	}
+	plan, err := annotations.ParseAllocation(s)
+	if err != nil || plan.Node != p.Spec.NodeName {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.nodes[plan.Node]
+	if !ok || e.compiled == nil {
+		return
+	}
+	if _, held := e.reserved[p.UID]; held {
+		return
+	}
+	if e.compiled.Fingerprint != "" && e.compiled.Fingerprint == c.fingerprintOf(plan.Node) {
+		return // the object counts every pod on the node
+	}
+	var gpus nrt.GPUSet
+	for _, bus := range plan.GPUs {
+		for g, gpu := range e.compiled.GPUs {
+			if gpu.BusID == bus {
+				gpus |= nrt.GPUSet(1) << g
+			}
+		}
+	}
+	if gpus == 0 {
+		return
+	}
+	e.reserved[p.UID] = reservation{gpus: gpus, at: c.now()}
+	c.rebuild(plan.Node)
 }
 
 func (c *informerCache) update(obj interface{}) {
