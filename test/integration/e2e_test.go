@@ -310,8 +310,8 @@ func eventsOf(t *testing.T, cp *controlplane.ControlPlane, pod string) string {
 }
 
 // TestE2ESchedulerRestart: the exporters publish slowly (every 15 s at most);
-// a scheduler places eight pods, is replaced by a fresh one with an empty
-// cache, and eight more pods arrive before the objects catch up. The new
+// a scheduler places four pods (packed onto one node), is replaced by a fresh
+// one with an empty cache, and four more pods arrive before the objects catch up. The new
 // scheduler adopts the plans of bound pods, so no GPU is planned twice and
 // every pod runs where it was planned.
 func TestE2ESchedulerRestart(t *testing.T) {
@@ -320,19 +320,19 @@ func TestE2ESchedulerRestart(t *testing.T) {
 	e := startEnvWith(t, opts,
 		cluster.NodeSpec{Name: "h100-a", Machine: sysfstest.HGXH100, Policy: kubeletsim.Planned},
 		cluster.NodeSpec{Name: "h100-b", Machine: sysfstest.HGXH100, Policy: kubeletsim.Planned})
-	for i := 0; i < 8; i++ {
+	for i := 0; i < 4; i++ {
 		e.submit(t, fmt.Sprintf("before-%d", i), 1, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
 	}
-	for i := 0; i < 8; i++ {
+	for i := 0; i < 4; i++ {
 		e.waitRunning(t, fmt.Sprintf("before-%d", i))
 	}
 	e.restartScheduler(t)
-	for i := 0; i < 8; i++ {
+	for i := 0; i < 4; i++ {
 		e.submit(t, fmt.Sprintf("after-%d", i), 1, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
 	}
 	planned := map[string]string{}
 	for _, phase := range []string{"before", "after"} {
-		for i := 0; i < 8; i++ {
+		for i := 0; i < 4; i++ {
 			name := fmt.Sprintf("%s-%d", phase, i)
 			pod := e.waitRunning(t, name)
 			plan, err := annotations.ParseAllocation(pod.Annotations[annotations.AllocationKey])
@@ -344,6 +344,7 @@ func TestE2ESchedulerRestart(t *testing.T) {
 				t.Errorf("%s and %s both planned on %s", prev, name, key)
 			}
 			planned[key] = name
+			t.Logf("%s planned %s", name, key)
 			if o := e.observed(t, name); o.Plan != "matched" {
 				t.Errorf("%s: plan %s (%+v)", name, o.Plan, o)
 			}
