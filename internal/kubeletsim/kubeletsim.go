@@ -268,6 +268,7 @@ func (k *Kubelet) allocate(pod *corev1.Pod) (Assignment, error) {
 			}
 		}
 		sort.Strings(free)
+		k.preferPlannedVFs(pod, free)
 		if int64(len(free)) < vfs {
 			return a, fmt.Errorf("node %s: %d VFs requested, %d free", k.cfg.Name, vfs, len(free))
 		}
@@ -280,6 +281,29 @@ func (k *Kubelet) allocate(pod *corev1.Pod) (Assignment, error) {
 		k.freeVF[vf] = false
 	}
 	return a, nil
+}
+
+// preferPlannedVFs moves VFs of the planned NICs' PFs to the front (Planned
+// policy only); free is sorted otherwise.
+func (k *Kubelet) preferPlannedVFs(pod *corev1.Pod, free []string) {
+	if k.cfg.Policy != Planned {
+		return
+	}
+	plan, err := annotations.ParseAllocation(pod.Annotations[annotations.AllocationKey])
+	if err != nil || plan.Node != k.cfg.Name {
+		return
+	}
+	near := map[string]bool{}
+	for _, n := range k.cfg.Topology.NICs {
+		for _, name := range plan.NICs {
+			if n.Name == name {
+				for _, vf := range n.VFs {
+					near[vf] = true
+				}
+			}
+		}
+	}
+	sort.SliceStable(free, func(i, j int) bool { return near[free[i]] && !near[free[j]] })
 }
 
 // planned returns the pod's planned GPUs when the policy follows plans and

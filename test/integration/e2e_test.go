@@ -77,6 +77,7 @@ type podOpts struct {
 	scheduler string
 	node      string // bind directly, bypassing schedulers
 	rdma      bool
+	vfs       int64
 	ann       map[string]string
 }
 
@@ -85,6 +86,9 @@ func (e *env) submit(t *testing.T, name string, gpus int64, o podOpts) {
 	limits := corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI)}
 	if o.rdma {
 		limits["rdma/hca"] = resource.MustParse("1")
+	}
+	if o.vfs > 0 {
+		limits["openshift.io/sriov_highnet"] = *resource.NewQuantity(o.vfs, resource.DecimalSI)
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: o.ann},
@@ -349,5 +353,54 @@ func TestE2ESchedulerRestart(t *testing.T) {
 				t.Errorf("%s: plan %s (%+v)", name, o.Plan, o)
 			}
 		}
+	}
+}
+
+// TestE2ESRIOV: VFs exist on mlx5_0 (next to GPUs 0,1) and mlx5_6 (next to
+// GPUs 6,7), two each. Two 1-GPU pods with one VF take mlx5_0's VFs; the next
+// two go where free VFs sit next to free GPUs: GPUs 6,7 with mlx5_6.
+func TestE2ESRIOV(t *testing.T) {
+	e := startEnv(t, cluster.NodeSpec{Name: "h20", Machine: sysfstest.H20SRIOV, Policy: kubeletsim.Planned})
+	nics := map[string]int{}
+	for i := 0; i < 4; i++ {
+		name := fmt.Sprintf("vf-%d", i)
+		e.submit(t, name, 1, podOpts{scheduler: "nicaffinity-scheduler", vfs: 1})
+		e.waitRunning(t, name)
+		o := e.observed(t, name)
+		if !o.Aligned || o.Level != "PIX" || len(o.NICs) != 1 {
+			t.Errorf("%s observed %+v, want aligned at PIX on one NIC", name, o)
+			continue
+		}
+		nics[o.NICs[0]]++
+	}
+	if nics["mlx5_0"] != 2 || nics["mlx5_6"] != 2 {
+		t.Errorf("VF pods per NIC %v, want two on mlx5_0 and two on mlx5_6", nics)
+	}
+	// Every VF is taken now: a fifth VF pod has nowhere to go.
+	e.submit(t, "vf-4", 1, podOpts{scheduler: "nicaffinity-scheduler", vfs: 1})
+	if msg := waitFailedScheduling(t, e.cp, "vf-4"); !strings.Contains(msg, "openshift.io/sriov_highnet") {
+		t.Errorf("FailedScheduling %q does not name the VF resource", msg)
+	}
+}
+
+// TestE2ENonRDMAFirst: pods without RDMA take the GPUs without a NIC and leave
+// the NIC-bearing switches whole for RDMA pods.
+func TestE2ENonRDMAFirst(t *testing.T) {
+	e := startEnv(t, cluster.NodeSpec{Name: "half", Machine: sysfstest.HalfNICs, Policy: kubeletsim.Planned})
+	for i := 0; i < 2; i++ {
+		name := fmt.Sprintf("cpu-job-%d", i)
+		e.submit(t, name, 2, podOpts{scheduler: "nicaffinity-scheduler"})
+		pod := e.waitRunning(t, name)
+		plan, _ := annotations.ParseAllocation(pod.Annotations[annotations.AllocationKey])
+		for _, g := range plan.GPUs {
+			if g >= "0000:30:00.0" { // GPUs 4-7 (0000:32-43:00.0) sit next to the NICs
+				t.Errorf("%s planned on %s, a GPU next to a NIC", name, g)
+			}
+		}
+	}
+	e.submit(t, "rdma-4", 4, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
+	e.waitRunning(t, "rdma-4")
+	if o := e.observed(t, "rdma-4"); !o.Aligned || o.Level != "PIX" {
+		t.Errorf("rdma-4 observed %+v, want all four GPUs PIX to a NIC", o)
 	}
 }

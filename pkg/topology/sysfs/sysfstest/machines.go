@@ -185,3 +185,24 @@ func HalfNICs(t *Tree) {
 		}
 	}
 }
+
+// H20SRIOV is H20 with SR-IOV enabled on two PFs: mlx5_0 (next to GPUs 0,1)
+// and mlx5_6 (next to GPUs 6,7), each with two VFs (functions .2 and .3).
+func H20SRIOV(t *Tree) {
+	H20(t)
+	for _, pf := range []struct {
+		path string
+		numa int
+	}{
+		{"pci0000:10/0000:10:01.0/0000:11:00.0/0000:12:08.0/0000:18:00", 0},
+		{"pci0000:b0/0000:b0:01.0/0000:b1:00.0/0000:b2:08.0/0000:b8:00", 1},
+	} {
+		var vfs []string
+		for f := 2; f < 4; f++ {
+			vf := fmt.Sprintf("%s.%d", pf.path, f)
+			t.PCI(vf, Func{Vendor: VendorMellanox, Device: 0x101e, Class: ClassEther, NUMA: pf.numa})
+			vfs = append(vfs, vf)
+		}
+		t.SRIOV(pf.path+".0", 8, vfs...)
+	}
+}
