@@ -116,21 +116,11 @@ func TestVerify(t *testing.T) {
 // is folded into few writes.
 func TestRun(t *testing.T) {
 	disc, topo := h20(t)
-	kubelet := podresourcestest.New(filepath.Join(t.TempDir(), "kubelet.sock"))
 	var offered []podresources.Device
 	for i := range topo.GPUs {
 		offered = append(offered, gpu(topo, i))
 	}
-	kubelet.SetAllocatable(offered)
-	if err := kubelet.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer kubelet.Stop()
-	src, err := podresources.Dial(kubelet.Socket, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
+	kubelet, src := startKubelet(t, offered)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: "n1"}}
 	kube := kubefake.NewClientset(pod)
 	pub := &memoryPublisher{}
@@ -218,17 +208,7 @@ func (fakeCore) IsWatchListSemanticsUnSupported() bool { return true }
 // exporter retries with backoff and publishes without any new trigger.
 func TestRunRetriesRefusedWrites(t *testing.T) {
 	disc, topo := h20(t)
-	kubelet := podresourcestest.New(filepath.Join(t.TempDir(), "kubelet.sock"))
-	kubelet.SetAllocatable([]podresources.Device{gpu(topo, 0)})
-	if err := kubelet.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer kubelet.Stop()
-	src, err := podresources.Dial(kubelet.Socket, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
+	_, src := startKubelet(t, []podresources.Device{gpu(topo, 0)})
 	pub := &memoryPublisher{refuse: 3}
 	cfg := DefaultConfig("n1")
 	cfg.MinWriteInterval = 50 * time.Millisecond
@@ -248,4 +228,22 @@ func TestRunRetriesRefusedWrites(t *testing.T) {
 	if got := testutil.ToFloat64(exp.Metrics().Publishes.WithLabelValues("error")); got != 3 {
 		t.Errorf("error count %v, want 3", got)
 	}
+}
+
+// startKubelet serves podresources on a unix socket with devs offered and
+// returns the server and a client of it; both stop with the test.
+func startKubelet(t *testing.T, devs []podresources.Device) (*podresourcestest.Server, *podresources.Client) {
+	t.Helper()
+	kubelet := podresourcestest.New(filepath.Join(t.TempDir(), "kubelet.sock"))
+	kubelet.SetAllocatable(devs)
+	if err := kubelet.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kubelet.Stop)
+	src, err := podresources.Dial(kubelet.Socket, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	return kubelet, src
 }

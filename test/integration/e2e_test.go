@@ -228,19 +228,31 @@ func TestE2EBurst(t *testing.T) {
 		}(i)
 	}
 	wg.Wait()
-	planned := map[string]string{}
+	var names []string
 	for i := 0; i < 32; i++ {
-		name := fmt.Sprintf("burst-%02d", i)
+		names = append(names, fmt.Sprintf("burst-%02d", i))
+	}
+	e.checkPlansDisjointAndFollowed(t, names)
+}
+
+// checkPlansDisjointAndFollowed waits for each pod to run, checks that no two
+// plans share a GPU, and that the exporter saw every plan followed, aligned.
+func (e *env) checkPlansDisjointAndFollowed(t *testing.T, names []string) {
+	t.Helper()
+	planned := map[string]string{}
+	for _, name := range names {
 		pod := e.waitRunning(t, name)
 		plan, err := annotations.ParseAllocation(pod.Annotations[annotations.AllocationKey])
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		key := plan.Node + "/" + strings.Join(plan.GPUs, ",")
-		if prev, dup := planned[key]; dup {
-			t.Errorf("%s and %s both planned on %s", prev, name, key)
+		for _, g := range plan.GPUs {
+			key := plan.Node + "/" + g
+			if prev, dup := planned[key]; dup {
+				t.Errorf("%s and %s both planned on %s", prev, name, key)
+			}
+			planned[key] = name
 		}
-		planned[key] = name
 		if o := e.observed(t, name); o.Plan != "matched" || !o.Aligned {
 			t.Errorf("%s: observed %+v, want the plan matched and aligned", name, o)
 		}
@@ -334,26 +346,13 @@ func TestE2ESchedulerRestart(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		e.submit(t, fmt.Sprintf("after-%d", i), 1, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
 	}
-	planned := map[string]string{}
+	var names []string
 	for _, phase := range []string{"before", "after"} {
 		for i := 0; i < 4; i++ {
-			name := fmt.Sprintf("%s-%d", phase, i)
-			pod := e.waitRunning(t, name)
-			plan, err := annotations.ParseAllocation(pod.Annotations[annotations.AllocationKey])
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			key := plan.Node + "/" + strings.Join(plan.GPUs, ",")
-			if prev, dup := planned[key]; dup {
-				t.Errorf("%s and %s both planned on %s", prev, name, key)
-			}
-			planned[key] = name
-			t.Logf("%s planned %s", name, key)
-			if o := e.observed(t, name); o.Plan != "matched" {
-				t.Errorf("%s: plan %s (%+v)", name, o.Plan, o)
-			}
+			names = append(names, fmt.Sprintf("%s-%d", phase, i))
 		}
 	}
+	e.checkPlansDisjointAndFollowed(t, names)
 }
 
 // TestE2ESRIOV: VFs exist on mlx5_0 (next to GPUs 0,1) and mlx5_6 (next to
