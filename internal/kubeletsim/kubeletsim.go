@@ -208,7 +208,20 @@ func (k *Kubelet) publish() {
 
 func (k *Kubelet) admit(ctx context.Context, obj interface{}) {
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" || pod.DeletionTimestamp != nil {
+	if !ok {
+		return
+	}
+	if pod.DeletionTimestamp != nil {
+		// The containers "stop" at once: free the devices and let the
+		// object go, as the kubelet does after a graceful shutdown.
+		k.release(pod.UID)
+		zero := int64(0)
+		if err := k.kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && ctx.Err() == nil {
+			klog.V(2).InfoS("Simulated kubelet could not finish deleting a pod", "pod", klog.KObj(pod), "err", err)
+		}
+		return
+	}
+	if pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" {
 		return
 	}
 	k.mu.Lock()

@@ -403,3 +403,26 @@ func TestE2ENonRDMAFirst(t *testing.T) {
 		t.Errorf("rdma-4 observed %+v, want all four GPUs PIX to a NIC", o)
 	}
 }
+
+// TestE2ECapacityFrees: the GPUs next to the NICs are held by a job without
+// RDMA (bound by hand, the kubelet handing out GPUs 4-7 by plan), so an RDMA
+// pod waits with the reason; when that job ends, the exporter publishes the
+// freed GPUs and the pod is placed on them without anyone touching it.
+func TestE2ECapacityFrees(t *testing.T) {
+	e := startEnv(t, cluster.NodeSpec{Name: "half", Machine: sysfstest.HalfNICs, Policy: kubeletsim.Planned})
+	plan := annotations.Marshal(annotations.Allocation{Node: "half", GPUs: []string{"0000:32:00.0", "0000:33:00.0", "0000:42:00.0", "0000:43:00.0"}})
+	e.submit(t, "holder", 4, podOpts{node: "half", ann: map[string]string{annotations.AllocationKey: plan}})
+	e.waitRunning(t, "holder")
+	e.waitNRT(t, "half", func(o *v1alpha2.NodeResourceTopology) bool { return zoneRes(o, "node-0", "nvidia.com/gpu") == "8/8/4" })
+	e.submit(t, "rdma-2", 2, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
+	if msg := waitFailedScheduling(t, e.cp, "rdma-2"); !strings.Contains(msg, "none of the 4 free GPUs has a NIC at PXB or closer") {
+		t.Errorf("FailedScheduling %q", msg)
+	}
+	if err := e.cp.Kube.CoreV1().Pods("default").Delete(context.Background(), "holder", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitRunning(t, "rdma-2")
+	if o := e.observed(t, "rdma-2"); !o.Aligned || o.Level != "PIX" {
+		t.Errorf("rdma-2 observed %+v, want PIX", o)
+	}
+}
