@@ -78,6 +78,7 @@ type podOpts struct {
 	node      string // bind directly, bypassing schedulers
 	rdma      bool
 	vfs       int64
+	cpu       string
 	ann       map[string]string
 }
 
@@ -89,6 +90,9 @@ func (e *env) submit(t *testing.T, name string, gpus int64, o podOpts) {
 	}
 	if o.vfs > 0 {
 		limits["openshift.io/sriov_highnet"] = *resource.NewQuantity(o.vfs, resource.DecimalSI)
+	}
+	if o.cpu != "" {
+		limits[corev1.ResourceCPU] = resource.MustParse(o.cpu)
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: o.ann},
@@ -157,11 +161,11 @@ func halfNICNodes(names ...string) []cluster.NodeSpec {
 }
 
 // TestE2ENICLessSwitches: three nodes whose GPUs 0-3 have no NIC; on a and c
-// a job without RDMA already holds those four. 4-, 2- and 1-GPU RDMA pods
+// a job without RDMA (and with half the node's CPUs) already holds those four. 4-, 2- and 1-GPU RDMA pods
 // through nicaffinity land where every GPU the device plugin can hand out has
-// a PIX NIC, and the exporter sees them aligned; through the default
-// scheduler the same pods spread onto the empty node, where the device
-// plugin hands out NIC-less GPUs.
+// a PIX NIC, and the exporter sees them aligned; the default scheduler
+// spreads by CPU and memory onto the empty node, where the device plugin
+// hands out NIC-less GPUs.
 func TestE2ENICLessSwitches(t *testing.T) {
 	for _, tc := range []struct {
 		scheduler   string
@@ -170,7 +174,7 @@ func TestE2ENICLessSwitches(t *testing.T) {
 		t.Run(tc.scheduler, func(t *testing.T) {
 			e := startEnv(t, halfNICNodes("a", "b", "c")...)
 			for _, n := range []string{"a", "c"} {
-				e.submit(t, "batch-"+n, 4, podOpts{node: n})
+				e.submit(t, "batch-"+n, 4, podOpts{node: n, cpu: "96"})
 				e.waitRunning(t, "batch-"+n)
 				e.waitNRT(t, n, func(o *v1alpha2.NodeResourceTopology) bool { return zoneRes(o, "node-0", "nvidia.com/gpu") == "8/8/4" })
 			}
