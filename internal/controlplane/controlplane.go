@@ -35,6 +35,8 @@ type ControlPlane struct {
 	Kube   kubernetes.Interface
 	// NRT talks JSON, as CRDs need.
 	NRT nrtclient.Interface
+	// TmpDir is the apiserver's scratch directory, removed at stop.
+	TmpDir string
 }
 
 // JSONConfig returns a copy of cfg that talks JSON, which CRD types need.
@@ -58,7 +60,7 @@ func Start(t testing.TB) *ControlPlane {
 		[]string{"--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"},
 		storage)
 	t.Cleanup(srv.TearDownFn)
-	cp := &ControlPlane{Config: srv.ClientConfig}
+	cp := &ControlPlane{Config: srv.ClientConfig, TmpDir: srv.TmpDir}
 	var err error
 	if cp.Kube, err = kubernetes.NewForConfig(srv.ClientConfig); err != nil {
 		t.Fatalf("kube client: %v", err)

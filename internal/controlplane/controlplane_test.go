@@ -2,7 +2,10 @@ package controlplane
 
 import (
 	"context"
+	"os"
+	"runtime"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -18,5 +21,38 @@ func TestStart(t *testing.T) {
 	}
 	if _, err := cp.Kube.CoreV1().Namespaces().Get(context.Background(), "default", metav1.GetOptions{}); err != nil {
 		t.Errorf("default namespace: %v", err)
+	}
+}
+
+// TestStopLeavesNothing starts and stops a control plane and counts what is
+// left: goroutines (after a grace period for closing connections) and the
+// apiserver's temp dir.
+func TestStopLeavesNothing(t *testing.T) {
+	before := runtime.NumGoroutine()
+	var dir string
+	t.Run("run", func(t *testing.T) {
+		cp := Start(t)
+		if _, err := cp.Kube.CoreV1().Namespaces().Get(context.Background(), "default", metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		dir = cp.TmpDir
+		if _, err := os.Stat(dir); err != nil {
+			t.Fatalf("apiserver temp dir while running: %v", err)
+		}
+	})
+	if _, err := os.Stat(dir); err == nil {
+		t.Errorf("temp dir %s left behind", dir)
+	}
+	var after int
+	for i := 0; i < 50; i++ {
+		after = runtime.NumGoroutine()
+		if after <= before+10 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("goroutines: %d before, %d after", before, after)
+	if after > before+10 {
+		t.Errorf("%d goroutines before the control plane, %d after it stopped", before, after)
 	}
 }
