@@ -10,8 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"testing"
 	"time"
+
+	"k8s.io/kubernetes/test/utils/ktesting"
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
@@ -62,11 +63,11 @@ type Node struct {
 type Cluster struct {
 	CP    *controlplane.ControlPlane
 	Nodes map[string]*Node
-	t     testing.TB
+	t     ktesting.TB
 }
 
 // Start builds and starts every node; all stops when t ends.
-func Start(t testing.TB, cp *controlplane.ControlPlane, opts Options, specs ...NodeSpec) *Cluster {
+func Start(t ktesting.TB, cp *controlplane.ControlPlane, opts Options, specs ...NodeSpec) *Cluster {
 	t.Helper()
 	c := &Cluster{CP: cp, Nodes: map[string]*Node{}, t: t}
 	// Unix socket paths must stay short (108 bytes): one short temp dir.

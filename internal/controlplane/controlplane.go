@@ -7,22 +7,27 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"net"
+	"net/url"
+	"strconv"
 	"strings"
-	"testing"
 	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 
 	nrtclient "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/generated/clientset/versioned"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apiserver/pkg/storage/etcd3/testserver"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
+	"k8s.io/kubernetes/test/utils/ktesting"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nicaffinity/nicaffinity/manifests"
@@ -47,21 +52,24 @@ func JSONConfig(cfg *rest.Config) *rest.Config {
 	return c
 }
 
-// Start runs etcd and the apiserver for the test t, installs the CRDs under
-// manifests/crds and waits until they are served. Everything stops at t's cleanup.
-func Start(t testing.TB) *ControlPlane {
+// Start runs etcd and the apiserver for t (a test, or internal/runenv for the
+// simulator), installs the CRDs under manifests/crds and waits until they are
+// served. Everything stops at t's cleanup.
+func Start(t ktesting.TB) *ControlPlane {
 	t.Helper()
-	etcdCfg := testserver.NewTestConfig(t)
-	testserver.RunEtcd(t, etcdCfg)
+	etcdURL := startEtcd(t)
 	storage := storagebackend.NewDefaultConfig(fmt.Sprintf("/nicaffinity-%d", time.Now().UnixNano()), nil)
-	storage.Transport.ServerList = []string{etcdCfg.ListenClientUrls[0].String()}
-	srv := kubeapiservertesting.StartTestServerOrDie(t,
+	storage.Transport.ServerList = []string{etcdURL}
+	srv, err := kubeapiservertesting.StartTestServer(t,
 		&kubeapiservertesting.TestServerInstanceOptions{DisableInvariantChecks: true},
 		[]string{"--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"},
 		storage)
+	if err != nil {
+		t.Fatalf("starting kube-apiserver: %v", err)
+	}
 	t.Cleanup(srv.TearDownFn)
 	cp := &ControlPlane{Config: srv.ClientConfig, TmpDir: srv.TmpDir}
-	var err error
+
 	if cp.Kube, err = kubernetes.NewForConfig(srv.ClientConfig); err != nil {
 		t.Fatalf("kube client: %v", err)
 	}
@@ -72,6 +80,41 @@ func Start(t testing.TB) *ControlPlane {
 		t.Fatalf("installing CRDs: %v", err)
 	}
 	return cp
+}
+
+// startEtcd runs an embedded etcd on free ports in a temp dir until t's cleanup.
+func startEtcd(t ktesting.TB) string {
+	t.Helper()
+	ports := make([]int, 2)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("finding a free port for etcd: %v", err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	cfg := embed.NewConfig()
+	cfg.UnsafeNoFsync = true
+	client := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))}
+	peer := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.Dir = t.TempDir()
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatalf("starting etcd: %v", err)
+	}
+	t.Cleanup(e.Close)
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(60 * time.Second):
+		e.Server.Stop()
+		t.Fatalf("etcd took too long to start")
+	}
+	return client.String()
 }
 
 func installCRDs(ctx context.Context, cfg *rest.Config) error {

@@ -9,13 +9,14 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/component-base/configz"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	"sigs.k8s.io/yaml"
+
+	"k8s.io/kubernetes/test/utils/ktesting"
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/manifests"
@@ -46,7 +47,7 @@ func WithDefaultProfile(cfg string) string {
 // turned off: kube-scheduler exits the process when it stops leading, which a
 // test cannot survive (run the binary to test election). The returned func
 // stops it early (a scheduler restart).
-func Start(t testing.TB, cp *controlplane.ControlPlane, cfg string) (stop func()) {
+func Start(t ktesting.TB, cp *controlplane.ControlPlane, cfg string) (stop func()) {
 	t.Helper()
 	cfg = strings.Replace(cfg, "leaderElect: true", "leaderElect: false", 1)
 	dir := t.TempDir()
