@@ -8,7 +8,7 @@ export CGO_ENABLED := 1
 DEMO_PROFILE ?= oci-bm-gpu-h100-8-8gpu-8x2portcx7
 FUZZTIME     ?= 10s
 
-.PHONY: all build test vet race unit demo bench fuzz clean
+.PHONY: all build test vet race unit demo demo-topo bench fuzz clean
 
 all: build
 
@@ -28,13 +28,19 @@ vet:
 # concurrent loop is race-tested in pkg/exporter with fakes at the edges.
 # Only packages with tests are race-built (a package without tests would
 # still be compiled, and cmd/scheduler pulls in most of kube-scheduler).
-APISERVER_PKGS := ./internal/controlplane/... ./internal/runenv/... ./test/...
-RACE_PKGS = $$($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... | grep -v -e /internal/controlplane -e /internal/runenv -e /test/)
+APISERVER_PKGS := ./internal/controlplane/... ./internal/runenv/... ./internal/sim/... ./test/...
+RACE_PKGS = $$($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... | grep -v -e /internal/controlplane -e /internal/runenv -e /internal/sim -e /test/)
 test: vet
 	$(GO) test -race -count=1 $(RACE_PKGS)
 	$(GO) test -count=1 $(APISERVER_PKGS)
 
+# The main job: a simulated cluster of real machine shapes, the same workload
+# through nicaffinity and through the default scheduler (about a minute).
 demo:
+	$(GO) run ./cmd/nicaffinity simulate
+
+# The topology of a bundled real machine, as nvidia-smi topo -m prints it.
+demo-topo:
 	$(GO) run ./cmd/nicaffinity topo --profile $(DEMO_PROFILE)
 
 bench:

@@ -25,8 +25,12 @@ import (
 
 // NodeSpec is one node to simulate.
 type NodeSpec struct {
-	Name    string
+	Name string
+	// Machine builds the node's sysfs tree; the exporter discovers it.
 	Machine func(*sysfstest.Tree)
+	// Topology is used instead when there is no tree (NCCL XML profiles):
+	// the exporter is handed the topology as is.
+	Topology *topology.Topology
 	// Policy is the simulated device plugin's GPU policy (kubeletsim).
 	Policy string
 }
@@ -50,7 +54,7 @@ type Node struct {
 	Topology *topology.Topology
 	Kubelet  *kubeletsim.Kubelet
 
-	disc    discovery.Host
+	disc    exporter.Discoverer
 	socket  string
 	opts    Options
 	mu      sync.Mutex
@@ -79,12 +83,18 @@ func Start(t ktesting.TB, cp *controlplane.ControlPlane, opts Options, specs ...
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	for i, s := range specs {
-		tree := sysfstest.New(t.TempDir())
-		s.Machine(tree)
-		if err := tree.Err(); err != nil {
-			t.Fatal(err)
+		n := &Node{Name: s.Name, socket: filepath.Join(sockDir, fmt.Sprintf("%d.sock", i)), opts: opts, cluster: c}
+		if s.Machine != nil {
+			tree := sysfstest.New(t.TempDir())
+			s.Machine(tree)
+			if err := tree.Err(); err != nil {
+				t.Fatal(err)
+			}
+			n.disc = discovery.Host{SysfsRoot: tree.Root, NVMLMode: discovery.NVMLOff}
+		} else {
+			topo := s.Topology
+			n.disc = exporter.DiscovererFunc(func() (*topology.Topology, error) { return topo, nil })
 		}
-		n := &Node{Name: s.Name, disc: discovery.Host{SysfsRoot: tree.Root, NVMLMode: discovery.NVMLOff}, socket: filepath.Join(sockDir, fmt.Sprintf("%d.sock", i)), opts: opts, cluster: c}
 		if n.Topology, err = n.disc.Discover(); err != nil {
 			t.Fatalf("node %s: %v", s.Name, err)
 		}
