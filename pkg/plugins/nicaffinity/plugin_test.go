@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -317,16 +318,30 @@ func TestArgs(t *testing.T) {
 	}
 }
 
+// BenchmarkFilter: one node per call, as the scheduler calls it; the
+// objects are real shapes published through the exporter's schema.
 func BenchmarkFilter(b *testing.B) {
-	pl, _ := newTestPlugin(b, nil, machineNRT(b, "h100", sysfstest.HGXH100, 0, 2, 5))
-	pod := makePod("p", 2, nil, rdma, "1")
-	cycle, _ := preFilter(b, pl, pod, nodeInfo("big", 16))
-	ni := nodeInfo("h100", 8)
-	b.ReportAllocs()
-	for b.Loop() {
-		if st := pl.Filter(b.Context(), cycle, pod, ni); !st.IsSuccess() {
-			b.Fatal(st)
-		}
+	for _, bc := range []struct {
+		name string
+		obj  *v1alpha2.NodeResourceTopology
+		pod  *v1.Pod
+		node string
+	}{
+		{"h100-2gpu-rdma", machineNRT(b, "h100", sysfstest.HGXH100, 0, 2, 5), makePod("p", 2, nil, rdma, "1"), "h100"},
+		{"h100-4gpu-rdma", machineNRT(b, "h100", sysfstest.HGXH100, 1), makePod("p", 4, nil, rdma, "1"), "h100"},
+		{"h20-4gpu-2vf", sriovNRTFor(b, 1, 1), makePod("p", 4, nil, "openshift.io/sriov_highnet", "2"), "h20"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			pl, _ := newTestPlugin(b, nil, bc.obj)
+			cycle, _ := preFilter(b, pl, bc.pod, nodeInfo("big", 16))
+			ni := nodeInfo(bc.node, 8)
+			b.ReportAllocs()
+			for b.Loop() {
+				if st := pl.Filter(b.Context(), cycle, bc.pod, ni); !st.IsSuccess() {
+					b.Fatal(st)
+				}
+			}
+		})
 	}
 }
 
@@ -338,30 +353,6 @@ func BenchmarkScore(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, st := pl.Score(b.Context(), cycle, pod, ni); !st.IsSuccess() {
-			b.Fatal(st)
-		}
-	}
-}
-
-func BenchmarkFilterFourGPUs(b *testing.B) {
-	pl, _ := newTestPlugin(b, nil, machineNRT(b, "h100", sysfstest.HGXH100, 1))
-	pod := makePod("p", 4, nil, rdma, "1")
-	cycle, _ := preFilter(b, pl, pod, nodeInfo("big", 16))
-	ni := nodeInfo("h100", 8)
-	b.ReportAllocs()
-	for b.Loop() {
-		_ = pl.Filter(b.Context(), cycle, pod, ni)
-	}
-}
-
-func BenchmarkFilterSRIOV(b *testing.B) {
-	pl, _ := newTestPlugin(b, nil, sriovNRTFor(b, 1, 1))
-	pod := makePod("p", 4, nil, "openshift.io/sriov_highnet", "2")
-	cycle, _ := preFilter(b, pl, pod, nodeInfo("big", 16))
-	ni := nodeInfo("h20", 8)
-	b.ReportAllocs()
-	for b.Loop() {
-		if st := pl.Filter(b.Context(), cycle, pod, ni); !st.IsSuccess() {
 			b.Fatal(st)
 		}
 	}
