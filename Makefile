@@ -44,8 +44,12 @@ demo:
 demo-topo:
 	$(GO) run ./cmd/nicaffinity topo --profile $(DEMO_PROFILE)
 
+# Go micro-benchmarks (Filter/Score per node), then the scheduler with and
+# without nicaffinity on 1000 nodes (NODES=5000 for the large run).
+NODES ?= 1000
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+	$(GO) run ./cmd/nicaffinity bench --nodes $(NODES) --pods $(NODES)
 
 # Short runs of every fuzz target; FUZZTIME=5m for a real session.
 fuzz:

@@ -40,6 +40,6 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newTopoCommand(), newSimulateCommand())
+	root.AddCommand(newTopoCommand(), newSimulateCommand(), newBenchCommand())
 	return root
 }

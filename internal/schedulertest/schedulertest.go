@@ -55,7 +55,11 @@ func Start(t ktesting.TB, cp *controlplane.ControlPlane, cfg string) (stop func(
 	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	cfg = strings.Replace(cfg, "kind: KubeSchedulerConfiguration\n", "kind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: "+kubeconfig+"\n", 1)
+	if strings.Contains(cfg, "\nclientConnection:\n") {
+		cfg = strings.Replace(cfg, "\nclientConnection:\n", "\nclientConnection:\n  kubeconfig: "+kubeconfig+"\n", 1)
+	} else {
+		cfg = strings.Replace(cfg, "kind: KubeSchedulerConfiguration\n", "kind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: "+kubeconfig+"\n", 1)
+	}
 	path := filepath.Join(dir, "scheduler-config.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

@@ -40,6 +40,10 @@ type Args struct {
 	StaleTopology string `json:"staleTopology,omitempty"`
 	// ReservationTimeout drops a reservation the object never confirmed. Default 2m.
 	ReservationTimeout *metav1.Duration `json:"reservationTimeout,omitempty"`
+	// AnnotateAt is where the plan is written on the pod: Bind (default:
+	// inside the Binding, no extra API call; the profile must run
+	// NICAffinity's Bind before DefaultBinder) or PreBind (a separate patch).
+	AnnotateAt string `json:"annotateAt,omitempty"`
 	// ScoringStrategy weighs the level, the certainty that the device plugin
 	// hands out aligned GPUs, and packing.
 	ScoringStrategy ScoringStrategy `json:"scoringStrategy,omitempty"`
@@ -61,6 +65,9 @@ const (
 	MissingIgnore = "Ignore"
 	StaleReserve  = "Reserve"
 	StaleReject   = "Reject"
+
+	AnnotateAtBind    = "Bind"
+	AnnotateAtPreBind = "PreBind"
 )
 
 // SetDefaults fills what is unset.
@@ -88,6 +95,9 @@ func (a *Args) SetDefaults() {
 	}
 	if a.ReservationTimeout == nil {
 		a.ReservationTimeout = &metav1.Duration{Duration: 2 * time.Minute}
+	}
+	if a.AnnotateAt == "" {
+		a.AnnotateAt = AnnotateAtBind
 	}
 	if a.ScoringStrategy.Type == "" {
 		a.ScoringStrategy.Type = StrategyBalanced
@@ -128,6 +138,9 @@ func (a *Args) Validate() field.ErrorList {
 	}
 	if a.ReservationTimeout != nil && a.ReservationTimeout.Duration <= 0 {
 		errs = append(errs, field.Invalid(root.Child("reservationTimeout"), a.ReservationTimeout.Duration.String(), "must be positive"))
+	}
+	if a.AnnotateAt != AnnotateAtBind && a.AnnotateAt != AnnotateAtPreBind {
+		errs = append(errs, field.NotSupported(root.Child("annotateAt"), a.AnnotateAt, []string{AnnotateAtBind, AnnotateAtPreBind}))
 	}
 	s := root.Child("scoringStrategy")
 	if _, ok := strategies[a.ScoringStrategy.Type]; !ok {

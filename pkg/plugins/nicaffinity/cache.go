@@ -50,6 +50,9 @@ type nodeEntry struct {
 	err      string
 	reserved map[types.UID]reservation
 	view     *nodeView
+	// expires is when the oldest reservation runs out (zero: none), kept by
+	// rebuild so View checks one time, not every reservation.
+	expires time.Time
 }
 
 // store is the cache's state, shared by the informer-backed cache and tests.
@@ -82,9 +85,7 @@ func (s *store) View(node string) (*nodeView, string) {
 	expired := false
 	if ok {
 		v, why = e.view, e.err
-		for _, r := range e.reserved {
-			expired = expired || s.now().Sub(r.at) > s.timeout
-		}
+		expired = !e.expires.IsZero() && s.now().After(e.expires)
 	}
 	s.mu.RUnlock()
 	if expired {
@@ -169,6 +170,12 @@ func (s *store) forgetPod(pod types.UID) {
 // rebuild makes a new immutable view: the object's free GPUs and VFs minus reservations.
 func (s *store) rebuild(node string) {
 	e := s.nodes[node]
+	e.expires = time.Time{}
+	for _, r := range e.reserved {
+		if at := r.at.Add(s.timeout); e.expires.IsZero() || at.Before(e.expires) {
+			e.expires = at
+		}
+	}
 	if e.compiled == nil {
 		e.view = nil
 		return

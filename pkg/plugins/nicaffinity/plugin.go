@@ -28,6 +28,7 @@ var (
 	_ fwk.ScoreExtensions   = &NICAffinity{}
 	_ fwk.ReservePlugin     = &NICAffinity{}
 	_ fwk.PreBindPlugin     = &NICAffinity{}
+	_ fwk.BindPlugin        = &NICAffinity{}
 	_ fwk.EnqueueExtensions = &NICAffinity{}
 )
 
