@@ -286,14 +286,22 @@ func (c *informerCache) adoptPlan(obj interface{}) {
 	if !ok {
 		return
 	}
+	// Most updates are of pods this scheduler reserved itself: check that
+	// under the read lock, so Filter goroutines are not held up.
+	c.mu.RLock()
+	e, ok := c.nodes[p.Spec.NodeName]
+	held := ok && e.reserved[p.UID].gpus != 0
+	c.mu.RUnlock()
+	if !ok || held {
+		return
+	}
 	plan, err := annotations.ParseAllocation(s)
 	if err != nil || plan.Node != p.Spec.NodeName {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.nodes[plan.Node]
-	if !ok || e.compiled == nil {
+	if e.compiled == nil {
 		return
 	}
 	if _, held := e.reserved[p.UID]; held {
