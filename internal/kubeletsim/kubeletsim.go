@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 
 	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
@@ -389,17 +390,12 @@ func (k *Kubelet) Assigned(uid types.UID) (Assignment, bool) {
 // Socket is the podresources socket path.
 func (k *Kubelet) Socket() string { return k.cfg.Socket }
 
+// podQuantity is what the pod requests of a resource (the scheduler's own
+// accounting, component-helpers' PodRequests).
 func podQuantity(pod *corev1.Pod, name string) int64 {
 	if name == "" {
 		return 0
 	}
-	var total int64
-	for _, c := range pod.Spec.Containers {
-		if q, ok := c.Resources.Limits[corev1.ResourceName(name)]; ok {
-			total += q.Value()
-		} else if q, ok := c.Resources.Requests[corev1.ResourceName(name)]; ok {
-			total += q.Value()
-		}
-	}
-	return total
+	q := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})[corev1.ResourceName(name)]
+	return q.Value()
 }

@@ -2,7 +2,8 @@ package nrt
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -222,12 +223,12 @@ func Build(in Input) (*v1alpha2.NodeResourceTopology, []Problem) {
 	for numa := range numaRes {
 		numas[numa] = true
 	}
-	for _, numa := range sortedInts(numas) {
+	for _, numa := range slices.Sorted(maps.Keys(numas)) {
 		z := v1alpha2.Zone{Name: PrefixNode + strconv.Itoa(numa), Type: ZoneNode}
 		if gpuCap[numa] > 0 {
 			z.Resources = append(z.Resources, resourceInfo(in.Resources.GPU, gpuCap[numa], gpuAlloc[numa], gpuFree[numa]))
 		}
-		for _, res := range sortedKeys(numaRes[numa]) {
+		for _, res := range slices.Sorted(maps.Keys(numaRes[numa])) {
 			p := numaRes[numa][res]
 			z.Resources = append(z.Resources, resourceInfo(res, p.capacity, p.capacity, p.available))
 		}
@@ -263,7 +264,7 @@ func Build(in Input) (*v1alpha2.NodeResourceTopology, []Problem) {
 			addSwitch(n.PCI)
 		}
 	}
-	for _, name := range sortedKeys(switches) {
+	for _, name := range slices.Sorted(maps.Keys(switches)) {
 		obj.Zones = append(obj.Zones, switches[name])
 	}
 
@@ -319,7 +320,7 @@ func Build(in Input) (*v1alpha2.NodeResourceTopology, []Problem) {
 				v1alpha2.AttributeInfo{Name: AttrLinkLayer, Value: p.LinkLayer},
 				v1alpha2.AttributeInfo{Name: AttrRate, Value: p.Rate})
 		}
-		for _, res := range sortedKeys(pfPools[j]) {
+		for _, res := range slices.Sorted(maps.Keys(pfPools[j])) {
 			p := pfPools[j][res]
 			z.Resources = append(z.Resources, resourceInfo(res, p.capacity, p.capacity, p.available))
 		}
@@ -370,22 +371,4 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
-}
-
-func sortedInts(m map[int]bool) []int {
-	out := make([]int, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Ints(out)
-	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

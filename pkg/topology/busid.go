@@ -34,8 +34,8 @@ func NormalizeBusID(s string) (string, error) {
 	return fmt.Sprintf("%04x:%02x:%02x.%x", d, b, v, f), nil
 }
 
-// slot is the address without its function: functions of one device share it.
-func slot(busID string) string {
+// Slot is the address without its function: functions of one device share it.
+func Slot(busID string) string {
 	if i := strings.LastIndexByte(busID, '.'); i > 0 {
 		return busID[:i]
 	}

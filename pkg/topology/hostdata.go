@@ -2,7 +2,9 @@ package topology
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -134,7 +136,7 @@ func FromHostData(h HostData) (*Topology, error) {
 			t.Bridges = append(t.Bridges, Bridge{Address: b, Vendor: br.Vendor, Device: br.Device})
 		}
 	}
-	for _, id := range sortedKeys(rcs) {
+	for _, id := range slices.Sorted(maps.Keys(rcs)) {
 		t.RootComplexes = append(t.RootComplexes, *rcs[id])
 	}
 	sort.Slice(t.Bridges, func(i, j int) bool { return t.Bridges[i].Address < t.Bridges[j].Address })
@@ -220,13 +222,4 @@ func splitPath(addr, path string) (rc string, chain []string, err error) {
 		chain = append(chain, b)
 	}
 	return parts[at], chain, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

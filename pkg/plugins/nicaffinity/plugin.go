@@ -122,17 +122,21 @@ func (pl *NICAffinity) isSchedulableAfterNRTChange(logger klog.Logger, pod *v1.P
 		logger.V(5).Info("NodeResourceTopology event with an object that is not one", "pod", klog.KObj(pod), "err", err)
 		return fwk.QueueSkip, nil
 	}
+	// The informer cache compiles the object once; its view (free GPUs
+	// minus reservations) answers. Caches that do not watch (tests) compile here.
 	if obs, ok := pl.cache.(interface {
 		observe(*v1alpha2.NodeResourceTopology)
 	}); ok {
 		obs.observe(o)
+		v, why := pl.cache.View(o.Name)
+		if v == nil || v.free.Count() < req.gpus {
+			logger.V(5).Info("NodeResourceTopology changed but does not make the pod fit", "pod", klog.KObj(pod), "reason", why)
+			return fwk.QueueSkip, nil
+		}
+		return fwk.Queue, nil
 	}
 	c, err := nrt.Compile(o, pl.args.GPUResourceName)
-	if err != nil {
-		logger.V(5).Info("NodeResourceTopology changed but cannot be read", "pod", klog.KObj(pod), "err", err)
-		return fwk.QueueSkip, nil
-	}
-	if c.Free.Count() < req.gpus {
+	if err != nil || c.Free.Count() < req.gpus {
 		return fwk.QueueSkip, nil
 	}
 	return fwk.Queue, nil

@@ -184,7 +184,7 @@ func (im *importer) pci(e *element, rc topology.RootComplex, cpus string, chain 
 		bridgeID = rc.Host + "/" + busID
 	}
 	if chain == nil {
-		rp := "rootport:" + rc.ID + ":" + slotOf(busID)
+		rp := "rootport:" + rc.ID + ":" + topology.Slot(busID)
 		im.addBridge(topology.Bridge{Address: rp, Synthetic: true})
 		chain = []string{rp}
 	}
@@ -199,7 +199,7 @@ func (im *importer) pci(e *element, rc topology.RootComplex, cpus string, chain 
 				continue
 			}
 			cb, _ := ch.attr("busid")
-			dn := "downstream:" + bridgeID + ">" + slotOf(strings.ToLower(cb))
+			dn := "downstream:" + bridgeID + ">" + topology.Slot(strings.ToLower(cb))
 			if !im.bridges[dn] {
 				im.addBridge(topology.Bridge{Address: dn, Synthetic: true})
 			}
@@ -368,13 +368,6 @@ func pairLinks(gpus []gpuRecord) []topology.NVLink {
 		}
 	}
 	return topology.PairNVLinks(indices, direct, toSwitch)
-}
-
-func slotOf(busID string) string {
-	if i := strings.LastIndexByte(busID, '.'); i > 0 {
-		return busID[:i]
-	}
-	return busID
 }
 
 // qualifyFusedHosts renames RDMA devices of fused multi-host dumps (NCCL's
