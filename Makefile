@@ -62,6 +62,7 @@ fuzz:
 	  ./pkg/topology/sysfs:FuzzReadAttributes \
 	  ./pkg/podresources:FuzzFromResponses \
 	  ./pkg/annotations:FuzzParseAllocation \
+	  ./pkg/annotations:FuzzParseObserved \
 	  ./pkg/annotations:FuzzParseMaxLevel \
 	  ./pkg/nrt:FuzzCompile ; do \
 	  pkg=$${spec%%:*}; fn=$${spec##*:}; \

@@ -5,11 +5,8 @@ package sim
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"math/rand"
-	"sort"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -17,8 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/yaml"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/nicaffinity/nicaffinity/internal/cluster"
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
@@ -26,174 +23,116 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/runenv"
 	"github.com/nicaffinity/nicaffinity/internal/schedulertest"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
-	"github.com/nicaffinity/nicaffinity/pkg/profiles"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
-// ClusterSpec is the cluster: pools of identical nodes.
-type ClusterSpec struct {
-	Pools []Pool `json:"pools"`
+// Schedulers are the two profiles every simulation compares.
+var Schedulers = []string{"nicaffinity-scheduler", "default-scheduler"}
+
+// Plan is a simulation ready to run: the nodes resolved, the jobs laid out
+// in time, and the offline bound computed.
+type Plan struct {
+	Cluster  ClusterSpec
+	Workload WorkloadSpec
+	nodes    []cluster.NodeSpec
+	info     []nodeInfo
+	jobs     []job
+	bound    Bound
 }
 
-// Pool is count nodes of one machine: a fixture name (sysfstest.Machines,
-// half-nics, h20-sriov) or "profile/<name>" for a bundled NCCL XML.
-type Pool struct {
-	Name    string `json:"name"`
-	Count   int    `json:"count"`
-	Machine string `json:"machine"`
-}
-
-// WorkloadSpec is the jobs to replay.
-type WorkloadSpec struct {
-	Jobs int `json:"jobs"`
-	// Sizes weighs job sizes in GPUs ("1": 4 means four parts in the draw).
-	Sizes map[string]int `json:"sizes"`
-	// RDMAShare of jobs need a NIC (rdma/hca).
-	RDMAShare float64 `json:"rdmaShare"`
-	// Interarrival between job submissions; Duration bounds of a job's life.
-	Interarrival metav1.Duration `json:"interarrival"`
-	MinDuration  metav1.Duration `json:"minDuration"`
-	MaxDuration  metav1.Duration `json:"maxDuration"`
-	Seed         int64           `json:"seed"`
-}
-
-// Default specs: real shapes. HGX H100 (every GPU PIX to a NIC), DGX A100
-// (PXB), Azure NDv2 (8 V100, one NIC for all: no GPUDirect anywhere) and an
-// H20 with SR-IOV VFs; plus the half-NIC shape of the tests.
-var (
-	DefaultCluster = ClusterSpec{Pools: []Pool{
-		{Name: "h100", Count: 2, Machine: "hgx-h100-8gpu-8nic"},
-		{Name: "a100", Count: 1, Machine: "dgx-a100-8gpu-10nic"},
-		{Name: "ndv2", Count: 1, Machine: "profile/azure-ndv2-v100-8gpu"},
-		{Name: "half", Count: 2, Machine: "half-nics"},
-	}}
-	DefaultWorkload = WorkloadSpec{Jobs: 40, Sizes: map[string]int{"1": 4, "2": 3, "4": 2, "8": 1}, RDMAShare: 0.7,
-		Interarrival: metav1.Duration{Duration: 250 * time.Millisecond}, MinDuration: metav1.Duration{Duration: 4 * time.Second},
-		MaxDuration: metav1.Duration{Duration: 15 * time.Second}, Seed: 1}
-)
-
-// ParseCluster and ParseWorkload read YAML specs strictly.
-func ParseCluster(b []byte) (ClusterSpec, error) {
-	var c ClusterSpec
-	if err := yaml.UnmarshalStrict(b, &c); err != nil {
-		return c, fmt.Errorf("cluster spec: %w", err)
+// Prepare resolves every pool's machine (building the bundled sysfs shapes
+// once to read their topology) and checks the workload fits the cluster.
+func Prepare(c ClusterSpec, w WorkloadSpec) (*Plan, error) {
+	p := &Plan{Cluster: c, Workload: w}
+	dir, err := os.MkdirTemp("", "nicaffinity-sim")
+	if err != nil {
+		return nil, err
 	}
-	for i, p := range c.Pools {
-		if p.Count <= 0 || p.Name == "" || p.Machine == "" {
-			return c, fmt.Errorf("cluster spec: pools[%d]: want name, machine and a positive count", i)
-		}
-		if _, err := machine(p.Machine); err != nil {
-			return c, fmt.Errorf("cluster spec: pools[%d]: %w", i, err)
-		}
-	}
-	return c, nil
-}
-
-// ParseWorkload reads a workload spec.
-func ParseWorkload(b []byte) (WorkloadSpec, error) {
-	w := DefaultWorkload
-	if err := yaml.UnmarshalStrict(b, &w); err != nil {
-		return w, fmt.Errorf("workload spec: %w", err)
-	}
-	if w.Jobs <= 0 || w.RDMAShare < 0 || w.RDMAShare > 1 || w.MinDuration.Duration <= 0 || w.MaxDuration.Duration < w.MinDuration.Duration {
-		return w, fmt.Errorf("workload spec: want jobs > 0, 0 <= rdmaShare <= 1, 0 < minDuration <= maxDuration")
-	}
-	for k, v := range w.Sizes {
-		var n int
-		if _, err := fmt.Sscanf(k, "%d", &n); err != nil || n <= 0 || v < 0 {
-			return w, fmt.Errorf("workload spec: sizes: %q: %d is not a GPU count with a weight", k, v)
-		}
-	}
-	return w, nil
-}
-
-func machine(name string) (cluster.NodeSpec, error) {
-	if p, ok := strings.CutPrefix(name, "profile/"); ok {
-		t, err := profiles.Load(p)
+	defer os.RemoveAll(dir)
+	for i, pool := range c.Pools {
+		spec, err := pool.node()
 		if err != nil {
-			return cluster.NodeSpec{}, err
+			return nil, fmt.Errorf("pool %s: %w", pool.Name, err)
 		}
-		return cluster.NodeSpec{Topology: t}, nil
-	}
-	for _, m := range sysfstest.Machines {
-		if m.Name == name {
-			return cluster.NodeSpec{Machine: m.Build}, nil
+		topo := spec.Topology
+		if spec.Machine != nil {
+			tree := sysfstest.New(fmt.Sprintf("%s/%d", dir, i))
+			spec.Machine(tree)
+			if err := tree.Err(); err != nil {
+				return nil, fmt.Errorf("pool %s: %w", pool.Name, err)
+			}
+			if topo, err = (discovery.Host{SysfsRoot: tree.Root, NVMLMode: discovery.NVMLOff}).Discover(); err != nil {
+				return nil, fmt.Errorf("pool %s: %w", pool.Name, err)
+			}
 		}
-	}
-	switch name {
-	case "half-nics":
-		return cluster.NodeSpec{Machine: sysfstest.HalfNICs}, nil
-	case "h20-sriov":
-		return cluster.NodeSpec{Machine: sysfstest.H20SRIOV}, nil
-	}
-	var known []string
-	for _, m := range sysfstest.Machines {
-		known = append(known, m.Name)
-	}
-	return cluster.NodeSpec{}, fmt.Errorf("unknown machine %q (known: %s, half-nics, h20-sriov, profile/<name>)", name, strings.Join(known, ", "))
-}
-
-// Result is one scheduler's run.
-type Result struct {
-	Scheduler string `json:"scheduler"`
-	Jobs      int    `json:"jobs"`
-	Scheduled int    `json:"scheduled"`
-	Pending   int    `json:"pending"`
-	RDMAJobs  int    `json:"rdmaJobs"`
-	// Levels counts the RDMA jobs that ran by the worst GPU-NIC level the
-	// exporter observed.
-	Levels map[string]int `json:"levels"`
-	// GPUDirect is the share of RDMA jobs that ran with every GPU at PIX/PXB.
-	GPUDirect    float64 `json:"gpuDirectShare"`
-	LatencyP50Ms int64   `json:"latencyP50Ms"`
-	LatencyP99Ms int64   `json:"latencyP99Ms"`
-}
-
-type job struct {
-	name     string
-	gpus     int64
-	rdma     bool
-	duration time.Duration
-}
-
-func (w WorkloadSpec) draw() []job {
-	rng := rand.New(rand.NewSource(w.Seed))
-	var sizes []int64
-	for k, v := range w.Sizes {
-		var n int64
-		fmt.Sscanf(k, "%d", &n)
-		for i := 0; i < v; i++ {
-			sizes = append(sizes, n)
+		for k := 0; k < pool.Count; k++ {
+			s := spec
+			s.Name, s.Policy = fmt.Sprintf("%s-%d", pool.Name, k), kubeletsim.BestEffort
+			p.nodes = append(p.nodes, s)
+			p.info = append(p.info, describe(s.Name, topo))
 		}
 	}
-	sort.Slice(sizes, func(i, j int) bool { return sizes[i] < sizes[j] })
-	var out []job
-	for i := 0; i < w.Jobs; i++ {
-		d := w.MinDuration.Duration + time.Duration(rng.Int63n(int64(w.MaxDuration.Duration-w.MinDuration.Duration)+1))
-		out = append(out, job{name: fmt.Sprintf("job-%03d", i), gpus: sizes[rng.Intn(len(sizes))], rdma: rng.Float64() < w.RDMAShare, duration: d})
+	if err := w.check(p.info); err != nil {
+		return nil, err
 	}
-	return out
+	p.jobs = w.draw(p.GPUs())
+	p.bound = offlineBound(p.jobs, p.info)
+	return p, nil
 }
 
-// Run replays the workload through scheduler on a fresh cluster.
-func Run(ctx context.Context, c ClusterSpec, w WorkloadSpec, scheduler string, progress io.Writer) (Result, error) {
-	res := Result{Scheduler: scheduler, Levels: map[string]int{}}
+// GPUs is the cluster's GPU count.
+func (p *Plan) GPUs() int {
+	n := 0
+	for _, i := range p.info {
+		n += len(i.GPUs)
+	}
+	return n
+}
+
+// AlignedGPUs is how many GPUs have a PIX/PXB RDMA NIC.
+func (p *Plan) AlignedGPUs() int {
+	n := 0
+	for _, i := range p.info {
+		n += i.alignedCount(false)
+	}
+	return n
+}
+
+// Bound is the offline bound of the plan's workload on its cluster.
+func (p *Plan) Bound() Bound { return p.bound }
+
+// Jobs is the number of jobs.
+func (p *Plan) Jobs() int { return len(p.jobs) }
+
+// Progress is a run's state, reported about twice a second.
+type Progress struct {
+	Scheduler                                string
+	Elapsed                                  time.Duration
+	Jobs, Submitted, Waiting, Running, Ended int
+}
+
+// never marks a moment that did not come.
+const never = time.Duration(-1)
+
+// record is what happened to one job, in time since the first submission.
+type record struct {
+	job
+	Bound, Running, Ended time.Duration
+	Node                  string
+	Got                   []int // GPU positions on the node, from the kubelet
+	Observed              *annotations.Observed
+	Refused               bool
+}
+
+// Run replays the plan's workload through scheduler on a fresh cluster.
+func Run(ctx context.Context, p *Plan, scheduler string, progress func(Progress)) (Result, error) {
+	var res Result
 	env := runenv.New(strings.Split(scheduler, "-")[0])
 	defer env.Close()
 	err := env.Run(func() {
 		cp := controlplane.Start(env)
-		var specs []cluster.NodeSpec
-		for _, p := range c.Pools {
-			for i := 0; i < p.Count; i++ {
-				s, err := machine(p.Machine)
-				if err != nil {
-					env.Fatalf("%v", err)
-				}
-				s.Name, s.Policy = fmt.Sprintf("%s-%d", p.Name, i), kubeletsim.BestEffort
-				specs = append(specs, s)
-			}
-		}
-		cluster.Start(env, cp, cluster.DefaultOptions(), specs...)
+		cl := cluster.Start(env, cp, cluster.DefaultOptions(), p.nodes...)
 		if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
 			env.Fatalf("%v", err)
 		}
@@ -202,123 +141,170 @@ func Run(ctx context.Context, c ClusterSpec, w WorkloadSpec, scheduler string, p
 			env.Fatalf("%v", err)
 		}
 		schedulertest.Start(env, cp, schedulertest.WithDefaultProfile(cfg))
-		res = replay(ctx, cp, w.draw(), scheduler, w.Interarrival.Duration, progress)
+		recs, end, err := replay(ctx, cp, cl, p, scheduler, progress)
+		if err != nil {
+			env.Fatalf("%v", err)
+		}
+		res = summarize(scheduler, recs, p.info, end)
 	})
 	return res, err
 }
 
-type outcome struct {
-	ran      bool
-	latency  time.Duration
-	observed *annotations.Observed
-}
-
-func replay(ctx context.Context, cp *controlplane.ControlPlane, jobs []job, scheduler string, gap time.Duration, progress io.Writer) Result {
-	res := Result{Scheduler: scheduler, Jobs: len(jobs), Levels: map[string]int{}}
-	outcomes := make([]outcome, len(jobs))
-	var wg sync.WaitGroup
-	for i, j := range jobs {
-		limits := corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(j.gpus, resource.DecimalSI)}
-		if j.rdma {
-			limits["rdma/hca"] = resource.MustParse("1")
-			res.RDMAJobs++
+// replay submits the jobs at their times, follows them through a pod
+// informer, ends each after its duration, and gives up on those not Running
+// within MaxWait.
+func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Cluster, p *Plan, scheduler string, progress func(Progress)) ([]*record, time.Duration, error) {
+	opts := cluster.DefaultOptions()
+	recs := make([]*record, len(p.jobs))
+	byName := map[string]*record{}
+	running := map[string]chan struct{}{}
+	for i, j := range p.jobs {
+		recs[i] = &record{job: j, Bound: never, Running: never, Ended: never}
+		byName[j.Name] = recs[i]
+		running[j.Name] = make(chan struct{})
+	}
+	var mu sync.Mutex
+	var start time.Time
+	since := func() time.Duration { return time.Since(start) }
+	observe := func(obj any) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return
 		}
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: j.name, Namespace: "default"},
+		mu.Lock()
+		defer mu.Unlock()
+		r := byName[pod.Name]
+		if r == nil || r.Ended != never {
+			return
+		}
+		if pod.Spec.NodeName != "" && r.Bound == never {
+			r.Bound, r.Node = since(), pod.Spec.NodeName
+		}
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				r.Refused = true
+			}
+		}
+		if pod.Status.Phase == corev1.PodRunning && r.Running == never {
+			r.Running = since()
+			if n := cl.Nodes[pod.Spec.NodeName]; n != nil {
+				if a, ok := n.Kubelet.Assigned(pod.UID); ok {
+					r.Got = a.GPUs
+				}
+			}
+			close(running[pod.Name])
+		}
+		if v, ok := pod.Annotations[annotations.ObservedKey]; ok && r.Observed == nil {
+			if obs, err := annotations.ParseObserved(v); err == nil {
+				r.Observed = &obs
+			}
+		}
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(cp.Kube, 0, informers.WithNamespace("default"))
+	inf := factory.Core().V1().Pods().Informer()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    observe,
+		UpdateFunc: func(_, obj any) { observe(obj) },
+	}); err != nil {
+		return nil, 0, err
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	factory.Start(stop)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return nil, 0, fmt.Errorf("pod informer did not sync")
+	}
+
+	var wg sync.WaitGroup
+	var submitted int
+	report := func() {
+		if progress == nil {
+			return
+		}
+		mu.Lock()
+		s := Progress{Scheduler: scheduler, Elapsed: since(), Jobs: len(recs), Submitted: submitted}
+		for _, r := range recs[:submitted] {
+			switch {
+			case r.Ended != never:
+				s.Ended++
+			case r.Running != never:
+				s.Running++
+			default:
+				s.Waiting++
+			}
+		}
+		mu.Unlock()
+		progress(s)
+	}
+	ticker := time.NewTicker(500 * time.Millisecond)
+	defer ticker.Stop()
+	tickerDone := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-ticker.C:
+				report()
+			case <-tickerDone:
+				return
+			}
+		}
+	}()
+
+	pods := cp.Kube.CoreV1().Pods("default")
+	mu.Lock()
+	start = time.Now()
+	mu.Unlock()
+	for _, r := range recs {
+		if d := r.At - since(); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return nil, 0, ctx.Err()
+			}
+		}
+		limits := corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(int64(r.GPUs), resource.DecimalSI)}
+		switch {
+		case r.VF:
+			limits[corev1.ResourceName(opts.SRIOVResource)] = resource.MustParse("1")
+		case r.RDMA:
+			limits[corev1.ResourceName(opts.RDMAResource)] = resource.MustParse("1")
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: "default"},
 			Spec: corev1.PodSpec{SchedulerName: scheduler, Containers: []corev1.Container{{Name: "train", Image: "train",
 				Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits}}}}}
-		start := time.Now()
-		if _, err := cp.Kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			fmt.Fprintf(progress, "  %s: %v\n", j.name, err)
-			continue
+		mu.Lock()
+		r.At = since() // the real moment, for the report's time axis
+		submitted++
+		mu.Unlock()
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			return nil, 0, fmt.Errorf("create %s: %w", r.Name, err)
 		}
 		wg.Add(1)
-		go func(i int, j job) {
+		go func(r *record) {
 			defer wg.Done()
-			outcomes[i] = follow(ctx, cp, j, start)
-		}(i, j)
-		if progress != nil && (i+1)%10 == 0 {
-			fmt.Fprintf(progress, "  [%s] %d/%d jobs submitted\n", scheduler, i+1, len(jobs))
-		}
-		time.Sleep(gap)
+			ran := false
+			select {
+			case <-running[r.Name]:
+				ran = true
+			case <-time.After(p.Workload.MaxWait.Std()):
+			case <-ctx.Done():
+			}
+			if ran {
+				select {
+				case <-time.After(r.Duration):
+				case <-ctx.Done():
+				}
+			}
+			_ = pods.Delete(context.Background(), r.Name, metav1.DeleteOptions{})
+			mu.Lock()
+			r.Ended = since()
+			mu.Unlock()
+		}(r)
 	}
 	wg.Wait()
-	var lat []time.Duration
-	for i, o := range outcomes {
-		if !o.ran {
-			res.Pending++
-			continue
-		}
-		res.Scheduled++
-		lat = append(lat, o.latency)
-		if jobs[i].rdma && o.observed != nil {
-			res.Levels[o.observed.Level]++
-			if o.observed.Aligned {
-				res.GPUDirect++
-			}
-		}
-	}
-	if ran := res.RDMAJobs; ran > 0 {
-		res.GPUDirect /= float64(ran)
-	}
-	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
-	if len(lat) > 0 {
-		res.LatencyP50Ms = lat[len(lat)/2].Milliseconds()
-		res.LatencyP99Ms = lat[min(len(lat)-1, len(lat)*99/100)].Milliseconds()
-	}
-	return res
-}
-
-// follow waits for a job to run (or gives up when its life would be over),
-// reads what the exporter observed, and ends it after its duration.
-func follow(ctx context.Context, cp *controlplane.ControlPlane, j job, start time.Time) outcome {
-	var o outcome
-	pods := cp.Kube.CoreV1().Pods("default")
-	deadline := 30*time.Second + j.duration
-	_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, deadline, true, func(ctx context.Context) (bool, error) {
-		p, err := pods.Get(ctx, j.name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		if p.Status.Phase == corev1.PodRunning && !o.ran {
-			o.ran, o.latency = true, time.Since(start)
-		}
-		if v, ok := p.Annotations[annotations.ObservedKey]; ok && o.ran {
-			var obs annotations.Observed
-			if json.Unmarshal([]byte(v), &obs) == nil {
-				o.observed = &obs
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if o.ran {
-		time.Sleep(max(0, j.duration-time.Since(start)))
-	}
-	_ = pods.Delete(ctx, j.name, metav1.DeleteOptions{})
-	return o
-}
-
-// Format prints results side by side.
-func Format(w io.Writer, results []Result) {
-	fmt.Fprintf(w, "%-24s", "")
-	for _, r := range results {
-		fmt.Fprintf(w, "%24s", r.Scheduler)
-	}
-	fmt.Fprintln(w)
-	row := func(name string, f func(Result) string) {
-		fmt.Fprintf(w, "%-24s", name)
-		for _, r := range results {
-			fmt.Fprintf(w, "%24s", f(r))
-		}
-		fmt.Fprintln(w)
-	}
-	row("jobs scheduled", func(r Result) string { return fmt.Sprintf("%d/%d", r.Scheduled, r.Jobs) })
-	row("jobs pending", func(r Result) string { return fmt.Sprint(r.Pending) })
-	row("RDMA jobs", func(r Result) string { return fmt.Sprint(r.RDMAJobs) })
-	for _, l := range []string{"PIX", "PXB", "PHB", "NODE", "SYS"} {
-		row("  worst level "+l, func(r Result) string { return fmt.Sprint(r.Levels[l]) })
-	}
-	row("GPUDirect-eligible", func(r Result) string { return fmt.Sprintf("%.0f%%", 100*r.GPUDirect) })
-	row("time to Running p50", func(r Result) string { return fmt.Sprintf("%dms", r.LatencyP50Ms) })
-	row("time to Running p99", func(r Result) string { return fmt.Sprintf("%dms", r.LatencyP99Ms) })
+	close(tickerDone)
+	report()
+	mu.Lock()
+	defer mu.Unlock()
+	return recs, since(), ctx.Err()
 }

@@ -89,6 +89,39 @@ func ParseAllocation(s string) (Allocation, error) {
 	return a, nil
 }
 
+// ParseObserved reads an Observed annotation value.
+func ParseObserved(s string) (Observed, error) {
+	var o Observed
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return o, fmt.Errorf("annotation %s: %w", ObservedKey, err)
+	}
+	for i, g := range o.GPUs {
+		n, err := topology.NormalizeBusID(g.BusID)
+		if err != nil {
+			return o, fmt.Errorf("annotation %s: gpus[%d].busID: %w", ObservedKey, i, err)
+		}
+		o.GPUs[i].BusID = n
+		if g.Level != "" {
+			if _, err := topology.ParseLevel(g.Level); err != nil {
+				return o, fmt.Errorf("annotation %s: gpus[%d].level: %w", ObservedKey, i, err)
+			}
+		}
+	}
+	if o.Level != "" {
+		if _, err := topology.ParseLevel(o.Level); err != nil {
+			return o, fmt.Errorf("annotation %s: level: %w", ObservedKey, err)
+		}
+	}
+	switch o.Plan {
+	case "matched", "differs", "none":
+	default:
+		return o, fmt.Errorf("annotation %s: plan %q: want matched, differs or none", ObservedKey, o.Plan)
+	}
+	return o, nil
+}
+
 // ParseMaxLevel reads a max-level annotation value (PIX, PXB, PHB, NODE, SYS).
 func ParseMaxLevel(s string) (topology.Level, error) {
 	l, err := topology.ParseLevel(strings.ToUpper(strings.TrimSpace(s)))

@@ -33,6 +33,37 @@ func TestParseAllocation(t *testing.T) {
 	}
 }
 
+func TestParseObserved(t *testing.T) {
+	got, err := ParseObserved(`{"gpus":[{"busID":"00000000:1A:00.0","nic":"mlx5_0","level":"PIX"}],"nics":["mlx5_0"],"level":"PIX","aligned":true,"plan":"matched"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Observed{GPUs: []ObservedGPU{{BusID: "0000:1a:00.0", NIC: "mlx5_0", Level: "PIX"}}, NICs: []string{"mlx5_0"}, Level: "PIX", Aligned: true, Plan: "matched"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want,+got):\n%s", diff)
+	}
+	for in, wantErr := range map[string]string{
+		``:                                       "EOF",
+		`{"gpus":[{"busID":"x"}],"plan":"none"}`: `gpus[0].busID: PCI address "x"`,
+		`{"gpus":[{"busID":"0000:1a:00.0","level":"FAR"}],"plan":"none"}`: `gpus[0].level`,
+		`{"level":"NV","plan":"none"}`:                                    "",
+		`{"level":"NEAR","plan":"none"}`:                                  `level: topology level "NEAR"`,
+		`{"plan":"maybe"}`:                                                `plan "maybe"`,
+		`{"plan":"none","extra":1}`:                                       `unknown field "extra"`,
+	} {
+		_, err := ParseObserved(in)
+		if wantErr == "" {
+			if err != nil {
+				t.Errorf("ParseObserved(%q) error = %v", in, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("ParseObserved(%q) error = %v, want %q", in, err, wantErr)
+		}
+	}
+}
+
 func TestParseRequestAnnotations(t *testing.T) {
 	if l, err := ParseMaxLevel(" pxb"); err != nil || l != topology.LevelPXB {
 		t.Errorf("ParseMaxLevel(pxb) = %v, %v", l, err)
@@ -62,6 +93,23 @@ func FuzzParseAllocation(f *testing.F) {
 			t.Fatalf("re-parsing %q: %v", Marshal(a), err)
 		}
 		if diff := cmp.Diff(a, back); diff != "" {
+			t.Fatalf("round trip (-first,+second):\n%s", diff)
+		}
+	})
+}
+
+func FuzzParseObserved(f *testing.F) {
+	f.Add(`{"gpus":[{"busID":"0000:1a:00.0","nic":"mlx5_0","level":"PIX"}],"level":"PIX","aligned":true,"plan":"matched"}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		o, err := ParseObserved(s)
+		if err != nil {
+			return
+		}
+		back, err := ParseObserved(Marshal(o))
+		if err != nil {
+			t.Fatalf("re-parsing %q: %v", Marshal(o), err)
+		}
+		if diff := cmp.Diff(o, back); diff != "" {
 			t.Fatalf("round trip (-first,+second):\n%s", diff)
 		}
 	})

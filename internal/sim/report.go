@@ -1,0 +1,216 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Row is one line of the report: a label and a cell per scheduler.
+type Row struct {
+	Label string
+	Cells []string
+}
+
+// Rows are the report's table, the same for the terminal and the HTML page.
+func (rep *Report) Rows() []Row {
+	var rows []Row
+	row := func(label string, f func(Result) string) {
+		r := Row{Label: label}
+		for _, res := range rep.Results {
+			r.Cells = append(r.Cells, f(res))
+		}
+		rows = append(rows, r)
+	}
+	row("jobs scheduled", func(r Result) string { return fmt.Sprintf("%d/%d", r.Scheduled, r.Jobs) })
+	row("jobs pending (given up)", func(r Result) string { return fmt.Sprint(r.Pending) })
+	row("jobs refused at least once", func(r Result) string { return fmt.Sprint(r.Refused) })
+	row("RDMA jobs", func(r Result) string { return fmt.Sprint(r.RDMAJobs) })
+	row("GPU-NIC pairs handed out:", func(Result) string { return "" })
+	for _, l := range Series[:6] {
+		row("  "+l, func(r Result) string { return fmt.Sprint(r.PairLevels[l]) })
+	}
+	row("GPUDirect-eligible RDMA jobs", func(r Result) string {
+		return fmt.Sprintf("%d (%.0f%%)", r.GPUDirectJobs, 100*r.GPUDirectShare)
+	})
+	row("  offline bound", func(Result) string {
+		return fmt.Sprintf("%d (%.0f%%)", rep.Bound.Jobs, 100*rep.Bound.Share)
+	})
+	row("RDMA jobs waiting, seconds", func(r Result) string { return fmt.Sprintf("%.1f", r.Fragmentation.WaitingSeconds) })
+	row("  aligned GPUs idle (mean)", func(r Result) string { return fmt.Sprintf("%.2f", r.Fragmentation.MeanIdleAlignedGPUs) })
+	row("  aligned GPU-s idle", func(r Result) string { return fmt.Sprintf("%.1f", r.Fragmentation.IdleAlignedGPUSeconds) })
+	row("  aligned GPU-s w/o RDMA", func(r Result) string { return fmt.Sprintf("%.1f", r.Fragmentation.HeldByNonRDMAGPUSeconds) })
+	row("pods bound per second", func(r Result) string { return fmt.Sprintf("%.2f", r.PodsPerSecond) })
+	row("submit to bound p50/p99", func(r Result) string { return fmt.Sprintf("%d/%dms", r.BindP50Ms, r.BindP99Ms) })
+	row("submit to Running p50/p99", func(r Result) string { return fmt.Sprintf("%d/%dms", r.RunningP50Ms, r.RunningP99Ms) })
+	return rows
+}
+
+// Format prints the table.
+func (rep *Report) Format(w io.Writer) {
+	fmt.Fprintf(w, "%d nodes, %d GPUs (%d next to a NIC at PIX/PXB), %d jobs\n\n", rep.Nodes, rep.GPUs, rep.AlignedGPUs, rep.Workload.Jobs)
+	fmt.Fprintf(w, "%-30s", "")
+	for _, r := range rep.Results {
+		fmt.Fprintf(w, "%24s", r.Scheduler)
+	}
+	fmt.Fprintln(w)
+	for _, r := range rep.Rows() {
+		fmt.Fprintf(w, "%-30s", r.Label)
+		for _, c := range r.Cells {
+			fmt.Fprintf(w, "%24s", c)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// JSON prints the report for machines.
+func (rep *Report) JSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+// WriteHTML writes dir/index.html: the table and, per scheduler, a chart
+// of the GPUs in use by level over time. It needs no network: the charts
+// are inline SVG.
+func (rep *Report) WriteHTML(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "index.html")
+	f, err := os.Create(path)
+	if err != nil {
+		return "", err
+	}
+	if err := rep.HTML(f); err != nil {
+		f.Close()
+		return "", err
+	}
+	return path, f.Close()
+}
+
+// Chart geometry.
+const (
+	chartW, chartH     = 760, 240
+	padLeft, padBottom = 48, 28
+	padTop, padRight   = 10, 12
+)
+
+var seriesColor = map[string]string{
+	"PIX": "#1a9850", "PXB": "#91cf60", "PHB": "#fee08b", "NODE": "#fc8d59",
+	"SYS": "#d73027", "unverified": "#bdbdbd", "noRDMA": "#4575b4",
+}
+
+type chartArea struct {
+	Series, Color, Points string
+	Total                 int
+}
+
+type chartTick struct {
+	X, Y  float64
+	Label string
+}
+
+type chart struct {
+	Scheduler string
+	W, H      int
+	Areas     []chartArea
+	XTicks    []chartTick
+	YTicks    []chartTick
+	// AlignedY is where the line of aligned GPUs (the GPUDirect-capable
+	// capacity) sits.
+	AlignedY       float64
+	X0, X1, Y0, Y1 float64
+}
+
+func (rep *Report) charts() []chart {
+	maxT := 1.0
+	for _, r := range rep.Results {
+		maxT = max(maxT, r.Seconds)
+	}
+	maxY := float64(max(rep.GPUs, 1))
+	x := func(t float64) float64 { return padLeft + t/maxT*float64(chartW-padLeft-padRight) }
+	y := func(g float64) float64 { return float64(chartH-padBottom) - g/maxY*float64(chartH-padBottom-padTop) }
+	var out []chart
+	for _, r := range rep.Results {
+		c := chart{Scheduler: r.Scheduler, W: chartW, H: chartH, AlignedY: y(float64(rep.AlignedGPUs)),
+			X0: padLeft, X1: chartW - padRight, Y0: float64(chartH - padBottom), Y1: padTop}
+		below := make([]int, len(r.Timeline))
+		for _, s := range Series {
+			var top, bottom []string
+			total := 0
+			for i, smp := range r.Timeline {
+				n := smp.GPUs[s]
+				total += n
+				top = append(top, fmt.Sprintf("%.1f,%.1f", x(smp.T), y(float64(below[i]+n))))
+				bottom = append(bottom, fmt.Sprintf("%.1f,%.1f", x(smp.T), y(float64(below[i]))))
+				below[i] += n
+			}
+			if total == 0 {
+				continue
+			}
+			for i, j := 0, len(bottom)-1; i < j; i, j = i+1, j-1 {
+				bottom[i], bottom[j] = bottom[j], bottom[i]
+			}
+			c.Areas = append(c.Areas, chartArea{Series: s, Color: seriesColor[s], Points: strings.Join(append(top, bottom...), " "), Total: total})
+		}
+		for i := 0; i <= 5; i++ {
+			t := maxT * float64(i) / 5
+			c.XTicks = append(c.XTicks, chartTick{X: x(t), Y: float64(chartH - padBottom + 16), Label: fmt.Sprintf("%.0fs", t)})
+			g := maxY * float64(i) / 5
+			c.YTicks = append(c.YTicks, chartTick{X: padLeft - 6, Y: y(g) + 4, Label: fmt.Sprintf("%.0f", g)})
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+type legendItem struct{ Series, Color, Meaning string }
+
+var legend = []legendItem{
+	{"PIX", seriesColor["PIX"], "GPU and NIC under one PCIe switch: GPUDirect RDMA"},
+	{"PXB", seriesColor["PXB"], "through several switches, no host bridge: GPUDirect RDMA"},
+	{"PHB", seriesColor["PHB"], "through the CPU's host bridge: no GPUDirect"},
+	{"NODE", seriesColor["NODE"], "across host bridges of one NUMA node"},
+	{"SYS", seriesColor["SYS"], "across the inter-socket link"},
+	{"unverified", seriesColor["unverified"], "RDMA job the exporter had not yet checked"},
+	{"noRDMA", seriesColor["noRDMA"], "job without a NIC"},
+}
+
+var page = template.Must(template.New("report").Parse(`<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>nicaffinity simulate</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:2em;max-width:62em;color:#222}
+table{border-collapse:collapse}td,th{padding:.2em .8em;text-align:right}td:first-child,th:first-child{text-align:left}
+tr:nth-child(even){background:#f4f4f4}svg text{font-size:11px;fill:#444}.sw{display:inline-block;width:1em;height:1em;vertical-align:middle;margin-right:.3em}
+</style></head><body>
+<h1>nicaffinity simulate</h1>
+<p>{{.Report.Nodes}} nodes, {{.Report.GPUs}} GPUs ({{.Report.AlignedGPUs}} next to a NIC at PIX/PXB), {{.Report.Workload.Jobs}} jobs;
+the same workload replayed through each scheduler on a fresh cluster. Offline bound: at most {{.Report.Bound.Jobs}} of {{.Report.Bound.RDMAJobs}} RDMA jobs
+can be GPUDirect-eligible ({{.Report.Bound.Alignable}} fit some node's aligned GPUs at all).</p>
+<table id="summary"><tr><th></th>{{range .Report.Results}}<th>{{.Scheduler}}</th>{{end}}</tr>
+{{range .Rows}}<tr><td>{{.Label}}</td>{{range .Cells}}<td>{{.}}</td>{{end}}</tr>
+{{end}}</table>
+<h2>GPUs in use by GPU-NIC level over time</h2>
+<p>{{range .Legend}}<span class="sw" style="background:{{.Color}}"></span>{{.Series}}: {{.Meaning}}<br>{{end}}
+The dashed line is the number of GPUs with a PIX/PXB NIC.</p>
+{{range .Charts}}<h3>{{.Scheduler}}</h3>
+<svg class="chart" data-scheduler="{{.Scheduler}}" width="{{.W}}" height="{{.H}}" viewBox="0 0 {{.W}} {{.H}}" xmlns="http://www.w3.org/2000/svg">
+{{range .Areas}}<polygon data-series="{{.Series}}" data-gpu-samples="{{.Total}}" fill="{{.Color}}" points="{{.Points}}"/>
+{{end}}<line x1="{{.X0}}" y1="{{.Y0}}" x2="{{.X1}}" y2="{{.Y0}}" stroke="#444"/>
+<line x1="{{.X0}}" y1="{{.Y0}}" x2="{{.X0}}" y2="{{.Y1}}" stroke="#444"/>
+<line x1="{{.X0}}" y1="{{.AlignedY}}" x2="{{.X1}}" y2="{{.AlignedY}}" stroke="#000" stroke-dasharray="4 3"/>
+{{range .XTicks}}<text x="{{.X}}" y="{{.Y}}" text-anchor="middle">{{.Label}}</text>
+{{end}}{{range .YTicks}}<text x="{{.X}}" y="{{.Y}}" text-anchor="end">{{.Label}}</text>
+{{end}}</svg>
+{{end}}</body></html>
+`))
+
+// HTML writes the page.
+func (rep *Report) HTML(w io.Writer) error {
+	return page.Execute(w, map[string]any{"Report": rep, "Rows": rep.Rows(), "Charts": rep.charts(), "Legend": legend})
+}

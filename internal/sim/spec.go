@@ -1,0 +1,481 @@
+package sim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/nicaffinity/nicaffinity/internal/cluster"
+	"github.com/nicaffinity/nicaffinity/pkg/profiles"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/ncclxml"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+)
+
+// ClusterSpec is the cluster: pools of identical nodes.
+type ClusterSpec struct {
+	Pools []Pool `yaml:"pools" json:"pools"`
+}
+
+// Pool is Count nodes of one machine, given by exactly one of:
+// Machine, a bundled shape (a sysfs fixture of a published matrix, or
+// "profile/<name>" for a bundled NCCL XML); NCCLXML, the path of the user's
+// own NCCL topology dump; Sysfs, the root of a copy of a node's /sys
+// (scripts/snapshot-sysfs.sh). Paths are relative to the spec file.
+type Pool struct {
+	Name    string `yaml:"name" json:"name"`
+	Count   int    `yaml:"count" json:"count"`
+	Machine string `yaml:"machine,omitempty" json:"machine,omitempty"`
+	NCCLXML string `yaml:"ncclXML,omitempty" json:"ncclXML,omitempty"`
+	Sysfs   string `yaml:"sysfs,omitempty" json:"sysfs,omitempty"`
+}
+
+// WorkloadSpec is the jobs to replay. Each job is one pod.
+type WorkloadSpec struct {
+	Jobs int `yaml:"jobs" json:"jobs"`
+	// Sizes weighs job sizes in GPUs (1: 4 means four parts in the draw).
+	Sizes map[int]int `yaml:"sizes" json:"sizes"`
+	// RDMAShare of jobs need a NIC; VFShare of those take an SR-IOV VF
+	// instead of the shared rdma/hca resource.
+	RDMAShare float64 `yaml:"rdmaShare" json:"rdmaShare"`
+	VFShare   float64 `yaml:"vfShare" json:"vfShare"`
+	// Load is the offered GPU load (GPU-seconds asked per second, over the
+	// cluster's GPUs) that arrivals follow, rising from From to To over the
+	// submissions. Interarrival, when set, replaces it with a fixed gap.
+	Load         Load     `yaml:"load" json:"load"`
+	Interarrival Duration `yaml:"interarrival,omitempty" json:"interarrival,omitempty"`
+	// A job runs for a duration drawn between MinDuration and MaxDuration
+	// once Running; one not Running MaxWait after submission is given up.
+	MinDuration Duration `yaml:"minDuration" json:"minDuration"`
+	MaxDuration Duration `yaml:"maxDuration" json:"maxDuration"`
+	MaxWait     Duration `yaml:"maxWait" json:"maxWait"`
+	Seed        int64    `yaml:"seed" json:"seed"`
+}
+
+// Load is a linear ramp of offered GPU load.
+type Load struct {
+	From float64 `yaml:"from" json:"from"`
+	To   float64 `yaml:"to" json:"to"`
+}
+
+// Duration reads "4s" style durations in specs and prints them back so.
+type Duration time.Duration
+
+// UnmarshalYAML parses a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (like 250ms, 4s, 1m)", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText prints the duration as Go writes it.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// Std is the time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+// Defaults: real shapes. HGX H100 (every GPU PIX to a NIC), DGX A100 (two
+// GPUs per NIC at PXB), Azure NDv2 (8 V100, one NIC for all: no GPUDirect
+// anywhere), the half-NIC shape (switches without a NIC), and an H20 with
+// SR-IOV VFs on two of its NICs. The load rises to 90% of the GPUs.
+var (
+	DefaultCluster = ClusterSpec{Pools: []Pool{
+		{Name: "h100", Count: 2, Machine: "hgx-h100-8gpu-8nic"},
+		{Name: "a100", Count: 1, Machine: "dgx-a100-8gpu-10nic"},
+		{Name: "ndv2", Count: 1, Machine: "profile/azure-ndv2-v100-8gpu"},
+		{Name: "half", Count: 2, Machine: "half-nics"},
+		{Name: "h20", Count: 1, Machine: "h20-sriov"},
+	}}
+	DefaultWorkload = WorkloadSpec{Jobs: 48, Sizes: map[int]int{1: 4, 2: 3, 4: 2, 8: 1}, RDMAShare: 0.7, VFShare: 0.1,
+		Load: Load{From: 0.3, To: 0.9}, MinDuration: Duration(3 * time.Second), MaxDuration: Duration(12 * time.Second),
+		MaxWait: Duration(30 * time.Second), Seed: 1}
+)
+
+// SpecError is a spec problem at a line of a file.
+type SpecError struct {
+	File  string
+	Line  int
+	Field string
+	Msg   string
+}
+
+func (e *SpecError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	if e.Field != "" {
+		fmt.Fprintf(&b, ": %s", e.Field)
+	}
+	fmt.Fprintf(&b, ": %s", e.Msg)
+	return b.String()
+}
+
+// decodeStrict decodes one YAML document into out, refusing unknown fields,
+// and returns the node tree so that later checks can name lines.
+func decodeStrict(file string, b []byte, out any) (*yaml.Node, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		return nil, &SpecError{File: file, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	if len(root.Content) == 0 {
+		return nil, &SpecError{File: file, Msg: "empty"}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(out); err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			// "line 3: field gpus not found in type sim.Pool": the Go type
+			// means nothing to the user.
+			msgs := make([]string, len(te.Errors))
+			for i, m := range te.Errors {
+				if k := strings.Index(m, " in type "); k > 0 {
+					m = m[:k]
+				}
+				msgs[i] = m
+			}
+			return nil, &SpecError{File: file, Msg: strings.Join(msgs, "; ")}
+		}
+		return nil, &SpecError{File: file, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	return &root, nil
+}
+
+// lineOf is the line of the node at path (map keys and sequence indices)
+// or of the deepest part of it that exists.
+func lineOf(root *yaml.Node, path ...any) int {
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	line := n.Line
+	for _, p := range path {
+		var next *yaml.Node
+		switch k := p.(type) {
+		case string:
+			if n.Kind == yaml.MappingNode {
+				for i := 0; i+1 < len(n.Content); i += 2 {
+					if n.Content[i].Value == k {
+						next = n.Content[i+1]
+						line = n.Content[i].Line
+					}
+				}
+			}
+		case int:
+			if n.Kind == yaml.SequenceNode && k < len(n.Content) {
+				next = n.Content[k]
+				line = next.Line
+			}
+		}
+		if next == nil {
+			return line
+		}
+		n = next
+	}
+	return line
+}
+
+// ParseCluster reads a cluster spec; file names it in errors and is where
+// relative paths start.
+func ParseCluster(file string, b []byte) (ClusterSpec, error) {
+	var c ClusterSpec
+	root, err := decodeStrict(file, b, &c)
+	if err != nil {
+		return c, err
+	}
+	bad := func(i int, field, format string, args ...any) error {
+		return &SpecError{File: file, Line: lineOf(root, "pools", i, field), Field: fmt.Sprintf("pools[%d].%s", i, field), Msg: fmt.Sprintf(format, args...)}
+	}
+	if len(c.Pools) == 0 {
+		return c, &SpecError{File: file, Line: lineOf(root, "pools"), Field: "pools", Msg: "no pools: want at least one {name, count, machine}"}
+	}
+	names := map[string]bool{}
+	for i := range c.Pools {
+		p := &c.Pools[i]
+		switch {
+		case p.Name == "":
+			return c, bad(i, "name", "missing")
+		case names[p.Name]:
+			return c, bad(i, "name", "%q names two pools", p.Name)
+		case p.Count <= 0:
+			return c, bad(i, "count", "%d: want a positive number of nodes", p.Count)
+		}
+		names[p.Name] = true
+		set := 0
+		for _, s := range []string{p.Machine, p.NCCLXML, p.Sysfs} {
+			if s != "" {
+				set++
+			}
+		}
+		if set != 1 {
+			return c, bad(i, "machine", "want exactly one of machine, ncclXML, sysfs")
+		}
+		dir := filepath.Dir(file)
+		for _, path := range []*string{&p.NCCLXML, &p.Sysfs} {
+			if *path != "" && !filepath.IsAbs(*path) {
+				*path = filepath.Join(dir, *path)
+			}
+		}
+		field := map[bool]string{true: "machine"}[p.Machine != ""]
+		if p.NCCLXML != "" {
+			field = "ncclXML"
+		} else if p.Sysfs != "" {
+			field = "sysfs"
+		}
+		if _, err := p.node(); err != nil {
+			return c, bad(i, field, "%v", err)
+		}
+	}
+	return c, nil
+}
+
+// ParseWorkload reads a workload spec over the defaults.
+func ParseWorkload(file string, b []byte) (WorkloadSpec, error) {
+	w := DefaultWorkload
+	w.Sizes = nil // a map would merge with the default sizes, not replace them
+	root, err := decodeStrict(file, b, &w)
+	if err != nil {
+		return w, err
+	}
+	if w.Sizes == nil {
+		w.Sizes = DefaultWorkload.Sizes
+	}
+	bad := func(msg string, path ...any) error {
+		var field []string
+		for _, p := range path {
+			field = append(field, fmt.Sprint(p))
+		}
+		return &SpecError{File: file, Line: lineOf(root, path...), Field: strings.Join(field, "."), Msg: msg}
+	}
+	switch {
+	case w.Jobs <= 0:
+		return w, bad(fmt.Sprintf("%d: want a positive number of jobs", w.Jobs), "jobs")
+	case w.RDMAShare < 0 || w.RDMAShare > 1:
+		return w, bad(fmt.Sprintf("%g: want a share in [0, 1]", w.RDMAShare), "rdmaShare")
+	case w.VFShare < 0 || w.VFShare > 1:
+		return w, bad(fmt.Sprintf("%g: want a share of the RDMA jobs in [0, 1]", w.VFShare), "vfShare")
+	case w.Interarrival < 0:
+		return w, bad("negative", "interarrival")
+	case w.Interarrival == 0 && (w.Load.From <= 0 || w.Load.From > 1):
+		return w, bad(fmt.Sprintf("%g: want a GPU load in (0, 1]", w.Load.From), "load", "from")
+	case w.Interarrival == 0 && (w.Load.To <= 0 || w.Load.To > 1):
+		return w, bad(fmt.Sprintf("%g: want a GPU load in (0, 1]", w.Load.To), "load", "to")
+	case w.MinDuration <= 0:
+		return w, bad("want a positive duration", "minDuration")
+	case w.MaxDuration < w.MinDuration:
+		return w, bad(fmt.Sprintf("%s is less than minDuration %s", w.MaxDuration.Std(), w.MinDuration.Std()), "maxDuration")
+	case w.MaxWait <= 0:
+		return w, bad("want a positive duration", "maxWait")
+	}
+	if len(w.Sizes) == 0 {
+		return w, bad("no job sizes", "sizes")
+	}
+	for _, k := range slices.Sorted(maps.Keys(w.Sizes)) {
+		if k < 1 || k > 8 {
+			return w, bad(fmt.Sprintf("%d GPUs: want 1 to 8", k), "sizes", strconv.Itoa(k))
+		}
+		if w.Sizes[k] < 0 {
+			return w, bad(fmt.Sprintf("weight %d: want 0 or more", w.Sizes[k]), "sizes", strconv.Itoa(k))
+		}
+	}
+	if w.totalWeight() == 0 {
+		return w, bad("every weight is 0", "sizes")
+	}
+	return w, nil
+}
+
+func (w WorkloadSpec) totalWeight() int {
+	n := 0
+	for _, v := range w.Sizes {
+		n += v
+	}
+	return n
+}
+
+// node resolves the pool's machine to a simulated node.
+func (p Pool) node() (cluster.NodeSpec, error) {
+	switch {
+	case p.NCCLXML != "":
+		f, err := os.Open(p.NCCLXML)
+		if err != nil {
+			return cluster.NodeSpec{}, err
+		}
+		defer f.Close()
+		t, err := ncclxml.Parse(f)
+		if err != nil {
+			return cluster.NodeSpec{}, fmt.Errorf("%s: %w", p.NCCLXML, err)
+		}
+		return cluster.NodeSpec{Topology: t}, nil
+	case p.Sysfs != "":
+		t, err := discovery.Host{SysfsRoot: p.Sysfs, NVMLMode: discovery.NVMLOff}.Discover()
+		if err != nil {
+			return cluster.NodeSpec{}, fmt.Errorf("%s: %w", p.Sysfs, err)
+		}
+		if len(t.GPUs) == 0 {
+			return cluster.NodeSpec{}, fmt.Errorf("%s: no NVIDIA GPU under bus/pci/devices", p.Sysfs)
+		}
+		return cluster.NodeSpec{Topology: t}, nil
+	}
+	if name, ok := strings.CutPrefix(p.Machine, "profile/"); ok {
+		t, err := profiles.Load(name)
+		if err != nil {
+			return cluster.NodeSpec{}, err
+		}
+		return cluster.NodeSpec{Topology: t}, nil
+	}
+	for _, m := range sysfstest.Machines {
+		if m.Name == p.Machine {
+			return cluster.NodeSpec{Machine: m.Build}, nil
+		}
+	}
+	switch p.Machine {
+	case "half-nics":
+		return cluster.NodeSpec{Machine: sysfstest.HalfNICs}, nil
+	case "h20-sriov":
+		return cluster.NodeSpec{Machine: sysfstest.H20SRIOV}, nil
+	}
+	return cluster.NodeSpec{}, fmt.Errorf("unknown machine %q (known: %s, profile/<name>; or give ncclXML or sysfs)", p.Machine, strings.Join(MachineNames(), ", "))
+}
+
+// MachineNames are the bundled sysfs shapes a pool can name.
+func MachineNames() []string {
+	var known []string
+	for _, m := range sysfstest.Machines {
+		known = append(known, m.Name)
+	}
+	return append(known, "half-nics", "h20-sriov")
+}
+
+// job is one pod of the workload.
+type job struct {
+	Name     string
+	GPUs     int
+	RDMA     bool
+	VF       bool
+	At       time.Duration // submission, from the start
+	Duration time.Duration
+}
+
+// draw lays the workload out in time for a cluster of capacity GPUs: the
+// same seed and capacity give the same jobs.
+func (w WorkloadSpec) draw(capacity int) []job {
+	rng := rand.New(rand.NewSource(w.Seed))
+	var sizes []int
+	for _, k := range slices.Sorted(maps.Keys(w.Sizes)) {
+		for i := 0; i < w.Sizes[k]; i++ {
+			sizes = append(sizes, k)
+		}
+	}
+	meanSize := 0.0
+	for _, s := range sizes {
+		meanSize += float64(s)
+	}
+	meanSize /= float64(len(sizes))
+	meanGPUSeconds := meanSize * (w.MinDuration.Std() + w.MaxDuration.Std()).Seconds() / 2
+	var out []job
+	at := time.Duration(0)
+	for i := 0; i < w.Jobs; i++ {
+		d := w.MinDuration.Std() + time.Duration(rng.Int63n(int64(w.MaxDuration-w.MinDuration)+1))
+		j := job{Name: fmt.Sprintf("job-%03d", i), GPUs: sizes[rng.Intn(len(sizes))], RDMA: rng.Float64() < w.RDMAShare, At: at, Duration: d}
+		j.VF = j.RDMA && rng.Float64() < w.VFShare
+		out = append(out, j)
+		// Poisson arrivals at the rate that offers the ramp's load: rate =
+		// load x capacity / mean GPU-seconds of a job.
+		gap := w.Interarrival.Std()
+		if gap == 0 {
+			f := 0.0
+			if w.Jobs > 1 {
+				f = float64(i) / float64(w.Jobs-1)
+			}
+			rate := (w.Load.From + (w.Load.To-w.Load.From)*f) * float64(capacity) / meanGPUSeconds
+			gap = time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+		}
+		at += gap.Round(time.Millisecond)
+	}
+	return out
+}
+
+// check refuses a workload the cluster can never run.
+func (w WorkloadSpec) check(nodes []nodeInfo) error {
+	most, vfs := 0, false
+	for _, n := range nodes {
+		most = max(most, len(n.GPUs))
+		vfs = vfs || n.VFNICs > 0
+	}
+	sizes := slices.Sorted(maps.Keys(w.Sizes))
+	slices.Reverse(sizes)
+	for _, k := range sizes {
+		if w.Sizes[k] > 0 && k > most {
+			return fmt.Errorf("workload sizes: %d GPUs, but the largest node has %d", k, most)
+		}
+	}
+	if w.VFShare > 0 && w.RDMAShare > 0 && !vfs {
+		return fmt.Errorf("workload vfShare %g, but no node of the cluster has SR-IOV VFs (machine h20-sriov has)", w.VFShare)
+	}
+	return nil
+}
+
+// nodeInfo is what the accounting needs of a node: its GPUs' bus IDs in
+// position order and which of them sit at PIX/PXB to an RDMA NIC (and to
+// one with VFs).
+type nodeInfo struct {
+	Name      string
+	GPUs      []string
+	Aligned   []bool
+	AlignedVF []bool
+	VFNICs    int
+}
+
+func describe(name string, t *topology.Topology) nodeInfo {
+	n := nodeInfo{Name: name}
+	for _, nic := range t.NICs {
+		if nic.PhysFn == "" && len(nic.VFs) > 0 {
+			n.VFNICs++
+		}
+	}
+	for _, g := range t.GPUs {
+		n.GPUs = append(n.GPUs, g.PCI.Address)
+		aligned, alignedVF := false, false
+		for _, nic := range t.NICs {
+			if nic.PhysFn != "" || !t.PCILevel(g.PCI, nic.PCI).GPUDirectCapable() {
+				continue
+			}
+			aligned = true
+			alignedVF = alignedVF || len(nic.VFs) > 0
+		}
+		n.Aligned = append(n.Aligned, aligned)
+		n.AlignedVF = append(n.AlignedVF, alignedVF)
+	}
+	return n
+}
+
+// alignedCount is how many of the node's GPUs (of one kind) are aligned.
+func (n nodeInfo) alignedCount(vf bool) int {
+	c := 0
+	for i := range n.GPUs {
+		if (vf && n.AlignedVF[i]) || (!vf && n.Aligned[i]) {
+			c++
+		}
+	}
+	return c
+}
+
+// round2 keeps reports readable and JSON equal to the table.
+func round2(f float64) float64 { return math.Round(f*100) / 100 }
