@@ -4,15 +4,27 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
+	"testing"
 
 	"github.com/spf13/cobra"
 
+	"github.com/nicaffinity/nicaffinity/internal/pluginbench"
 	"github.com/nicaffinity/nicaffinity/internal/sim"
 )
 
+type benchOptions struct {
+	spec   sim.BenchSpec
+	output string
+	micro  bool
+	// cpuProfile of the whole process (apiserver, etcd and scheduler run
+	// in it) during the batches.
+	cpuProfile string
+}
+
 func newBenchCommand() *cobra.Command {
-	spec := sim.BenchSpec{}
-	output := "text"
+	o := &benchOptions{output: "text"}
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure the scheduler with and without nicaffinity (scheduler_perf style)",
@@ -20,43 +32,106 @@ func newBenchCommand() *cobra.Command {
 NodeResourceTopology each; no kubelets: only scheduling is measured) and one
 scheduler with two profiles: the shipped nicaffinity profile and the default
 plugins alone. Feed them --pods 1-GPU RDMA pods per batch, alternately
-A B B A, and print throughput and per-pod latency (creation to bound) for
-each, and the throughput ratio. The client rate limit is lifted, as in
-scheduler_perf. The plugin's own Filter and Score costs are Go benchmarks:
-make bench.`,
+A B B A, each batch created at once by several clients, and print for each
+profile: throughput (pods over the time from the first creation to the last
+bind), creation-to-bound latency, the scheduler's own per-pod attempt
+latency, and the p99 of each extension point; then the throughput ratio and
+the plugin's Filter and Score micro-benchmarks. The client rate limits are
+lifted, as in scheduler_perf.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBench(cmd.OutOrStdout(), cmd.ErrOrStderr(), spec, output)
+			return o.run(cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	cmd.Flags().IntVar(&spec.Nodes, "nodes", 1000, "GPU nodes")
-	cmd.Flags().IntVar(&spec.Pods, "pods", 1000, "pods per batch")
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	cmd.Flags().IntVar(&o.spec.Nodes, "nodes", 1000, "GPU nodes")
+	cmd.Flags().IntVar(&o.spec.Pods, "pods", 1000, "pods per batch")
+	cmd.Flags().BoolVar(&o.spec.DefaultFirst, "default-first", false, "run B A A B (default profile first) to check for order effects")
+	cmd.Flags().BoolVar(&o.micro, "micro", true, "also run the Filter/Score micro-benchmarks")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "text or json")
+	cmd.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to this file")
 	return cmd
 }
 
-func runBench(out, progress io.Writer, spec sim.BenchSpec, output string) error {
-	if output != "text" && output != "json" {
-		return fmt.Errorf("--output %q: want text or json", output)
+// microResult is one micro-benchmark.
+type microResult struct {
+	Name        string  `json:"name"`
+	NsPerOp     float64 `json:"nsPerOp"`
+	AllocsPerOp int64   `json:"allocsPerOp"`
+}
+
+func (o *benchOptions) run(out, progress io.Writer) error {
+	if o.output != "text" && o.output != "json" {
+		return fmt.Errorf("--output %q: want text or json", o.output)
 	}
+	spec := o.spec
 	if spec.Nodes <= 0 || spec.Pods <= 0 || spec.Pods > spec.Nodes*8 {
 		return fmt.Errorf("--nodes and --pods must be positive, and --pods at most 8 x --nodes")
 	}
 	fmt.Fprintf(progress, "creating %d nodes, then 4 batches of %d pods (A B B A)...\n", spec.Nodes, spec.Pods)
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
 	results, ratio, err := sim.Bench(cmdContext(), spec, progress)
+	if o.cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
 	if err != nil {
 		return err
 	}
-	if output == "json" {
+	var micro []microResult
+	if o.micro {
+		fmt.Fprintln(progress, "micro-benchmarks...")
+		for _, bm := range pluginbench.Benchmarks {
+			r := testing.Benchmark(bm.F)
+			if r.N == 0 {
+				return fmt.Errorf("micro-benchmark %s failed", bm.Name)
+			}
+			micro = append(micro, microResult{Name: bm.Name, NsPerOp: float64(r.T.Nanoseconds()) / float64(r.N), AllocsPerOp: r.AllocsPerOp()})
+		}
+	}
+	if o.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"nodes": spec.Nodes, "pods": spec.Pods, "results": results, "throughputRatio": ratio})
+		return enc.Encode(map[string]any{"nodes": spec.Nodes, "pods": spec.Pods, "results": results, "throughputRatio": ratio, "micro": micro})
 	}
 	fmt.Fprintf(out, "%d nodes, %d pods per batch, A B B A\n", spec.Nodes, spec.Pods)
-	fmt.Fprintf(out, "%-24s%14s%14s%14s\n", "profile", "pods/s", "p50 ms", "p99 ms")
+	fmt.Fprintf(out, "%-24s%10s%12s%12s%14s%14s\n", "profile", "pods/s", "e2e p50 ms", "e2e p99 ms", "attempt p50", "attempt p99")
 	for _, r := range results {
-		fmt.Fprintf(out, "%-24s%14.0f%14.1f%14.1f\n", r.Scheduler, r.PodsPerSec, r.LatencyP50Ms, r.LatencyP99Ms)
+		fmt.Fprintf(out, "%-24s%10.0f%12.1f%12.1f%14.2f%14.2f\n", r.Scheduler, r.PodsPerSec, r.LatencyP50Ms, r.LatencyP99Ms, r.AttemptP50Ms, r.AttemptP99Ms)
 	}
 	fmt.Fprintf(out, "throughput ratio (nicaffinity / default): %.2f\n", ratio)
+	for _, r := range results {
+		fmt.Fprintf(out, "%s attempts: %v\n", r.Scheduler, r.Attempts)
+	}
+	fmt.Fprintf(out, "\nextension point p99, ms (scheduler_framework_extension_point_duration_seconds)\n%-24s", "profile")
+	points := []string{"PreFilter", "Filter", "PreScore", "Score", "Reserve", "Permit", "PreBind", "Bind"}
+	for _, p := range points {
+		fmt.Fprintf(out, "%10s", p)
+	}
+	fmt.Fprintln(out)
+	for _, r := range results {
+		fmt.Fprintf(out, "%-24s", r.Scheduler)
+		for _, p := range points {
+			if v, ok := r.ExtensionPointsP99Ms[p]; ok {
+				fmt.Fprintf(out, "%10.2f", v)
+			} else {
+				fmt.Fprintf(out, "%10s", "-")
+			}
+		}
+		fmt.Fprintln(out)
+	}
+	if len(micro) > 0 {
+		fmt.Fprintf(out, "\nNICAffinity per node (testing.Benchmark)\n")
+		for _, m := range micro {
+			fmt.Fprintf(out, "%-28s%10.1f ns/op%6d allocs/op\n", m.Name, m.NsPerOp, m.AllocsPerOp)
+		}
+	}
 	return nil
 }

@@ -15,6 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/internal/runenv"
@@ -30,14 +35,30 @@ type BenchSpec struct {
 	Nodes int
 	// Pods per batch; batches run A B B A (nicaffinity, default, default, nicaffinity).
 	Pods int
+	// DefaultFirst runs B A A B instead, to check that the order does not
+	// favour one profile.
+	DefaultFirst bool
 }
 
 // BenchResult is what one profile measured over its two batches.
 type BenchResult struct {
-	Scheduler    string  `json:"scheduler"`
-	PodsPerSec   float64 `json:"podsPerSecond"`
+	Scheduler  string  `json:"scheduler"`
+	PodsPerSec float64 `json:"podsPerSecond"`
+	// Creation to bound, as a client sees it: with a whole batch created at
+	// once, mostly time in the queue.
 	LatencyP50Ms float64 `json:"latencyP50Ms"`
 	LatencyP99Ms float64 `json:"latencyP99Ms"`
+	// The scheduler's own scheduling_attempt_duration_seconds for the
+	// profile (algorithm and binding of one pod), interpolated in its
+	// buckets as histogram_quantile does.
+	AttemptP50Ms float64 `json:"attemptP50Ms"`
+	AttemptP99Ms float64 `json:"attemptP99Ms"`
+	// ExtensionPoints is framework_extension_point_duration_seconds p99 per
+	// extension point (ms): where the profile spends its time.
+	ExtensionPointsP99Ms map[string]float64 `json:"extensionPointsP99Ms"`
+	// Attempts counts scheduler_schedule_attempts_total by result: more
+	// attempts than pods means pods went back to the queue.
+	Attempts map[string]int `json:"attempts"`
 }
 
 // Bench runs the batches against one apiserver with Nodes HGX H100 nodes
@@ -51,23 +72,39 @@ func Bench(ctx context.Context, spec BenchSpec, progress io.Writer) ([]BenchResu
 	defer env.Close()
 	err := env.Run(func() {
 		cp := controlplane.Start(env)
+		// The test server's client allows 1000 requests a second; creating
+		// pods must not be what limits the measurement.
+		cfg := rest.CopyConfig(cp.Config)
+		cfg.QPS, cfg.Burst = -1, 0
+		kube, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			env.Fatalf("%v", err)
+		}
 		if err := populate(ctx, cp, spec.Nodes, env.TempDir(), progress); err != nil {
 			env.Fatalf("%v", err)
 		}
 		if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
 			env.Fatalf("%v", err)
 		}
-		cfg, err := schedulertest.ShippedConfig()
+		sched, err := schedulertest.ShippedConfig()
 		if err != nil {
 			env.Fatalf("%v", err)
 		}
 		// As scheduler_perf does: lift the client's rate limit, so the
 		// measurement is the scheduler's work, not 50 requests a second.
-		cfg = strings.Replace(cfg, "kind: KubeSchedulerConfiguration\n", "kind: KubeSchedulerConfiguration\nclientConnection:\n  qps: 5000\n  burst: 5000\n", 1)
-		schedulertest.Start(env, cp, schedulertest.WithDefaultProfile(cfg))
+		sched = strings.Replace(sched, "kind: KubeSchedulerConfiguration\n", "kind: KubeSchedulerConfiguration\nclientConnection:\n  qps: 5000\n  burst: 5000\n", 1)
+		schedulertest.Start(env, cp, schedulertest.WithDefaultProfile(sched))
 		per := map[string]*batchTotals{}
-		for i, s := range []string{"nicaffinity-scheduler", "default-scheduler", "default-scheduler", "nicaffinity-scheduler"} {
-			b, err := runBatch(ctx, cp, s, fmt.Sprintf("b%d", i), spec.Pods)
+		before, err := legacyregistry.DefaultGatherer.Gather()
+		if err != nil {
+			env.Fatalf("%v", err)
+		}
+		order := []string{Schedulers[0], Schedulers[1], Schedulers[1], Schedulers[0]}
+		if spec.DefaultFirst {
+			order = []string{Schedulers[1], Schedulers[0], Schedulers[0], Schedulers[1]}
+		}
+		for i, s := range order {
+			b, err := runBatch(ctx, kube, s, fmt.Sprintf("b%d", i), spec.Pods)
 			if err != nil {
 				env.Fatalf("batch %d (%s): %v", i, s, err)
 			}
@@ -81,11 +118,31 @@ func Bench(ctx context.Context, spec BenchSpec, progress io.Writer) ([]BenchResu
 			per[s].pods += spec.Pods
 			per[s].latencies = append(per[s].latencies, b.latencies...)
 		}
-		for _, s := range []string{"nicaffinity-scheduler", "default-scheduler"} {
+		after, err := legacyregistry.DefaultGatherer.Gather()
+		if err != nil {
+			env.Fatalf("%v", err)
+		}
+		for _, s := range Schedulers {
 			t := per[s]
 			sort.Slice(t.latencies, func(a, b int) bool { return t.latencies[a] < t.latencies[b] })
-			results = append(results, BenchResult{Scheduler: s, PodsPerSec: float64(t.pods) / t.elapsed.Seconds(),
-				LatencyP50Ms: ms(t.latencies[len(t.latencies)/2]), LatencyP99Ms: ms(t.latencies[min(len(t.latencies)-1, len(t.latencies)*99/100)])})
+			r := BenchResult{Scheduler: s, PodsPerSec: float64(t.pods) / t.elapsed.Seconds(),
+				LatencyP50Ms: ms(t.latencies[len(t.latencies)/2]), LatencyP99Ms: ms(t.latencies[min(len(t.latencies)-1, len(t.latencies)*99/100)]),
+				ExtensionPointsP99Ms: map[string]float64{}}
+			attempts := histogramDelta(before, after, "scheduler_scheduling_attempt_duration_seconds", map[string]string{"profile": s, "result": "scheduled"})
+			r.AttemptP50Ms, r.AttemptP99Ms = round2(1000*attempts.quantile(0.5)), round2(1000*attempts.quantile(0.99))
+			for _, point := range []string{"PreFilter", "Filter", "PreScore", "Score", "Reserve", "Permit", "PreBind", "Bind"} {
+				h := histogramDelta(before, after, "scheduler_framework_extension_point_duration_seconds", map[string]string{"profile": s, "extension_point": point, "status": "Success"})
+				if h.count > 0 {
+					r.ExtensionPointsP99Ms[point] = round2(1000 * h.quantile(0.99))
+				}
+			}
+			r.Attempts = map[string]int{}
+			for _, result := range []string{"scheduled", "unschedulable", "error"} {
+				if n := counterDelta(before, after, "scheduler_schedule_attempts_total", map[string]string{"profile": s, "result": result}); n > 0 {
+					r.Attempts[result] = int(n)
+				}
+			}
+			results = append(results, r)
 		}
 		ratio = results[0].PodsPerSec / results[1].PodsPerSec
 	})
@@ -152,10 +209,12 @@ func populate(ctx context.Context, cp *controlplane.ControlPlane, n int, dir str
 	return <-errs
 }
 
+const benchCreators = 16
+
 // runBatch creates pods 1-GPU RDMA pods for scheduler and measures until all are bound.
-func runBatch(ctx context.Context, cp *controlplane.ControlPlane, scheduler, prefix string, pods int) (batch, error) {
+func runBatch(ctx context.Context, kube kubernetes.Interface, scheduler, prefix string, pods int) (batch, error) {
 	var b batch
-	pc := cp.Kube.CoreV1().Pods("default")
+	pc := kube.CoreV1().Pods("default")
 	w, err := pc.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.schedulerName", scheduler).String()})
 	if err != nil {
 		return b, err
@@ -164,18 +223,27 @@ func runBatch(ctx context.Context, cp *controlplane.ControlPlane, scheduler, pre
 	created := make(map[string]time.Time, pods)
 	var mu sync.Mutex
 	start := time.Now()
-	go func() {
-		for i := 0; i < pods; i++ {
-			limits := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), "rdma/hca": resource.MustParse("1")}
-			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%05d", prefix, i), Namespace: "default"},
-				Spec: corev1.PodSpec{SchedulerName: scheduler, Containers: []corev1.Container{{Name: "c", Image: "c",
-					Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits}}}}}
-			mu.Lock()
-			created[p.Name] = time.Now()
-			mu.Unlock()
-			_, _ = pc.Create(ctx, p, metav1.CreateOptions{})
-		}
-	}()
+	// Create from several clients at once, as scheduler_perf does, so that
+	// the scheduler, not one client's round trips, sets the pace.
+	next := make(chan int, pods)
+	for i := 0; i < pods; i++ {
+		next <- i
+	}
+	close(next)
+	for w := 0; w < benchCreators; w++ {
+		go func() {
+			for i := range next {
+				limits := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), "rdma/hca": resource.MustParse("1")}
+				p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%05d", prefix, i), Namespace: "default"},
+					Spec: corev1.PodSpec{SchedulerName: scheduler, Containers: []corev1.Container{{Name: "c", Image: "c",
+						Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits}}}}}
+				mu.Lock()
+				created[p.Name] = time.Now()
+				mu.Unlock()
+				_, _ = pc.Create(ctx, p, metav1.CreateOptions{})
+			}
+		}()
+	}
 	bound := map[string]bool{}
 	timeout := time.After(time.Duration(pods)*50*time.Millisecond + time.Minute)
 	for len(bound) < pods {
@@ -206,4 +274,96 @@ func runBatch(ctx context.Context, cp *controlplane.ControlPlane, scheduler, pre
 		return err == nil && len(l.Items) == 0, nil
 	})
 	return b, err
+}
+
+// histogram is the buckets of one Prometheus histogram series.
+type histogram struct {
+	bounds []float64
+	counts []float64 // cumulative
+	count  float64
+}
+
+// series finds the metric of a family that carries labels.
+func series(fams []*dto.MetricFamily, name string, labels map[string]string) *dto.Metric {
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue metrics
+				}
+			}
+			return m
+		}
+	}
+	return nil
+}
+
+// counterDelta is what a counter series gained between two gatherings.
+func counterDelta(before, after []*dto.MetricFamily, name string, labels map[string]string) float64 {
+	a, b := series(after, name, labels), series(before, name, labels)
+	if a == nil {
+		return 0
+	}
+	if b == nil {
+		return a.GetCounter().GetValue()
+	}
+	return a.GetCounter().GetValue() - b.GetCounter().GetValue()
+}
+
+// histogramDelta is what a histogram series (picked by labels) gained
+// between two gatherings.
+func histogramDelta(before, after []*dto.MetricFamily, name string, labels map[string]string) histogram {
+	find := func(fams []*dto.MetricFamily) *dto.Histogram {
+		if m := series(fams, name, labels); m != nil {
+			return m.GetHistogram()
+		}
+		return nil
+	}
+	var h histogram
+	a, b := find(after), find(before)
+	if a == nil {
+		return h
+	}
+	h.count = float64(a.GetSampleCount())
+	if b != nil {
+		h.count -= float64(b.GetSampleCount())
+	}
+	for i, bk := range a.GetBucket() {
+		h.bounds = append(h.bounds, bk.GetUpperBound())
+		c := float64(bk.GetCumulativeCount())
+		if b != nil && i < len(b.GetBucket()) {
+			c -= float64(b.GetBucket()[i].GetCumulativeCount())
+		}
+		h.counts = append(h.counts, c)
+	}
+	return h
+}
+
+// quantile interpolates linearly inside the bucket that holds it, as
+// PromQL's histogram_quantile does; past the last bound it answers that bound.
+func (h histogram) quantile(q float64) float64 {
+	if h.count == 0 {
+		return 0
+	}
+	rank := q * h.count
+	lower, below := 0.0, 0.0
+	for i, upper := range h.bounds {
+		if h.counts[i] >= rank {
+			in := h.counts[i] - below
+			if in <= 0 {
+				return upper
+			}
+			return lower + (upper-lower)*(rank-below)/in
+		}
+		lower, below = upper, h.counts[i]
+	}
+	return lower
 }

@@ -101,8 +101,8 @@ var (
 		{Name: "half", Count: 2, Machine: "half-nics"},
 		{Name: "h20", Count: 1, Machine: "h20-sriov"},
 	}}
-	DefaultWorkload = WorkloadSpec{Jobs: 48, Sizes: map[int]int{1: 4, 2: 3, 4: 2, 8: 1}, RDMAShare: 0.7, VFShare: 0.1,
-		Load: Load{From: 0.3, To: 0.9}, MinDuration: Duration(3 * time.Second), MaxDuration: Duration(12 * time.Second),
+	DefaultWorkload = WorkloadSpec{Jobs: 64, Sizes: map[int]int{1: 4, 2: 3, 4: 2, 8: 1}, RDMAShare: 0.7, VFShare: 0.1,
+		Load: Load{From: 0.3, To: 0.9}, MinDuration: Duration(2 * time.Second), MaxDuration: Duration(8 * time.Second),
 		MaxWait: Duration(30 * time.Second), Seed: 1}
 )
 

@@ -56,15 +56,40 @@ type nodeEntry struct {
 }
 
 // store is the cache's state, shared by the informer-backed cache and tests.
+//
+// Writers (object updates, Reserve, Unreserve) serialize on mu and publish
+// each node's new view into views; View, which Filter and Score call for
+// every node of every cycle from many goroutines, reads views without
+// taking mu, so a writer never stalls the scheduling cycle.
 type store struct {
 	mu      sync.RWMutex
 	nodes   map[string]*nodeEntry
+	views   sync.Map // node name -> *published
+	podNode map[types.UID]string
 	timeout time.Duration
 	now     func() time.Time
 }
 
+// published is what View hands out for a node, replaced whole by rebuild.
+type published struct {
+	view    *nodeView
+	why     string
+	expires time.Time
+}
+
+// NewStaticCache is a cache over fixed objects, with no informers: for
+// benchmarks and tools that run the plugin outside a scheduler.
+func NewStaticCache(args *Args, objs ...*v1alpha2.NodeResourceTopology) Cache {
+	st := newStore(args.ReservationTimeout.Duration)
+	for _, o := range objs {
+		c, err := nrt.Compile(o, args.GPUResourceName)
+		st.set(o.Name, c, err, false)
+	}
+	return st
+}
+
 func newStore(timeout time.Duration) *store {
-	return &store{nodes: map[string]*nodeEntry{}, timeout: timeout, now: time.Now}
+	return &store{nodes: map[string]*nodeEntry{}, podNode: map[types.UID]string{}, timeout: timeout, now: time.Now}
 }
 
 func (s *store) entry(node string) *nodeEntry {
@@ -78,24 +103,24 @@ func (s *store) entry(node string) *nodeEntry {
 
 // View implements Cache.
 func (s *store) View(node string) (*nodeView, string) {
-	s.mu.RLock()
-	e, ok := s.nodes[node]
-	var v *nodeView
-	var why string
-	expired := false
-	if ok {
-		v, why = e.view, e.err
-		expired = !e.expires.IsZero() && s.now().After(e.expires)
+	var pub *published
+	if p, ok := s.views.Load(node); ok {
+		pub = p.(*published)
 	}
-	s.mu.RUnlock()
-	if expired {
+	if pub != nil && !pub.expires.IsZero() && s.now().After(pub.expires) {
 		s.mu.Lock()
 		s.expire(node)
-		v = s.nodes[node].view
 		s.mu.Unlock()
+		p, _ := s.views.Load(node)
+		pub = p.(*published)
+	}
+	var v *nodeView
+	var why string
+	if pub != nil {
+		v, why = pub.view, pub.why
 	}
 	switch {
-	case !ok || (v == nil && why == ""):
+	case v == nil && why == "":
 		return nil, "no NodeResourceTopology for this node"
 	case v == nil:
 		return nil, "NodeResourceTopology cannot be read: " + why
@@ -109,6 +134,7 @@ func (s *store) expire(node string) {
 		if s.now().Sub(r.at) > s.timeout {
 			klog.InfoS("Dropping a reservation the NodeResourceTopology never confirmed", "node", node, "pod", uid, "age", s.now().Sub(r.at))
 			delete(e.reserved, uid)
+			delete(s.podNode, uid)
 		}
 	}
 	s.rebuild(node)
@@ -124,6 +150,9 @@ func (s *store) set(node string, c *nrt.Compiled, err error, confirmed bool) {
 		e.compiled, e.err = nil, err.Error()
 	}
 	if confirmed {
+		for uid := range e.reserved {
+			delete(s.podNode, uid)
+		}
 		e.reserved = map[types.UID]reservation{}
 	}
 	s.rebuild(node)
@@ -132,8 +161,9 @@ func (s *store) set(node string, c *nrt.Compiled, err error, confirmed bool) {
 func (s *store) remove(node string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.nodes[node]; ok {
-		e.compiled, e.err, e.view = nil, "", nil
+	if _, ok := s.nodes[node]; ok {
+		s.nodes[node].compiled, s.nodes[node].err = nil, ""
+		s.rebuild(node)
 	}
 }
 
@@ -142,6 +172,7 @@ func (s *store) Reserve(node string, pod types.UID, gpus nrt.GPUSet, vfs map[int
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.entry(node).reserved[pod] = reservation{gpus: gpus, vfs: vfs, at: s.now()}
+	s.podNode[pod] = node
 	s.rebuild(node)
 }
 
@@ -151,6 +182,7 @@ func (s *store) Unreserve(node string, pod types.UID) {
 	defer s.mu.Unlock()
 	if e, ok := s.nodes[node]; ok {
 		delete(e.reserved, pod)
+		delete(s.podNode, pod)
 		s.rebuild(node)
 	}
 }
@@ -159,11 +191,14 @@ func (s *store) Unreserve(node string, pod types.UID) {
 func (s *store) forgetPod(pod types.UID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for node, e := range s.nodes {
-		if _, ok := e.reserved[pod]; ok {
-			delete(e.reserved, pod)
-			s.rebuild(node)
-		}
+	node, ok := s.podNode[pod]
+	if !ok {
+		return
+	}
+	delete(s.podNode, pod)
+	if e := s.nodes[node]; e != nil {
+		delete(e.reserved, pod)
+		s.rebuild(node)
 	}
 }
 
@@ -176,6 +211,7 @@ func (s *store) rebuild(node string) {
 			e.expires = at
 		}
 	}
+	defer func() { s.views.Store(node, &published{view: e.view, why: e.err, expires: e.expires}) }()
 	if e.compiled == nil {
 		e.view = nil
 		return
@@ -322,6 +358,7 @@ func (c *informerCache) adoptPlan(obj interface{}) {
 		return
 	}
 	e.reserved[p.UID] = reservation{gpus: gpus, at: c.now()}
+	c.podNode[p.UID] = plan.Node
 	c.rebuild(plan.Node)
 }
 

@@ -2,6 +2,7 @@ package nicaffinity
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -9,7 +10,6 @@ import (
 	"time"
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
-	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -320,44 +320,6 @@ func TestArgs(t *testing.T) {
 
 // BenchmarkFilter: one node per call, as the scheduler calls it; the
 // objects are real shapes published through the exporter's schema.
-func BenchmarkFilter(b *testing.B) {
-	for _, bc := range []struct {
-		name string
-		obj  *v1alpha2.NodeResourceTopology
-		pod  *v1.Pod
-		node string
-	}{
-		{"h100-2gpu-rdma", machineNRT(b, "h100", sysfstest.HGXH100, 0, 2, 5), makePod("p", 2, nil, rdma, "1"), "h100"},
-		{"h100-4gpu-rdma", machineNRT(b, "h100", sysfstest.HGXH100, 1), makePod("p", 4, nil, rdma, "1"), "h100"},
-		{"h20-4gpu-2vf", sriovNRTFor(b, 1, 1), makePod("p", 4, nil, "openshift.io/sriov_highnet", "2"), "h20"},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			pl, _ := newTestPlugin(b, nil, bc.obj)
-			cycle, _ := preFilter(b, pl, bc.pod, nodeInfo("big", 16))
-			ni := nodeInfo(bc.node, 8)
-			b.ReportAllocs()
-			for b.Loop() {
-				if st := pl.Filter(b.Context(), cycle, bc.pod, ni); !st.IsSuccess() {
-					b.Fatal(st)
-				}
-			}
-		})
-	}
-}
-
-func BenchmarkScore(b *testing.B) {
-	pl, _ := newTestPlugin(b, nil, machineNRT(b, "h100", sysfstest.HGXH100, 0, 2, 5))
-	pod := makePod("p", 2, nil, rdma, "1")
-	cycle, _ := preFilter(b, pl, pod, nodeInfo("big", 16))
-	ni := nodeInfo("h100", 8)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, st := pl.Score(b.Context(), cycle, pod, ni); !st.IsSuccess() {
-			b.Fatal(st)
-		}
-	}
-}
-
 // TestCacheConcurrent drives the store as the scheduler does: Filter and
 // Score read views from many goroutines while Reserve, Unreserve and object
 // updates write (go test -race checks it).
@@ -445,5 +407,75 @@ func TestQueueingHints(t *testing.T) {
 	}
 	if h, _ := pl.isSchedulableAfterPodDeleted(logger, makePod("w", 1, nil), makePod("cpu", 0, nil), nil); h != fwk.QueueSkip {
 		t.Errorf("deleted CPU pod: %v, want QueueSkip", h)
+	}
+}
+
+// TestStoreLifecycle follows one node through the store's writers and checks
+// what View publishes after each, and that the pod index forgets pods.
+func TestStoreLifecycle(t *testing.T) {
+	st := newStore(time.Minute)
+	if v, why := st.View("n"); v != nil || why != "no NodeResourceTopology for this node" {
+		t.Errorf("unknown node: %v %q", v, why)
+	}
+	obj := handNRT("n", 0, 1, 2, 3)
+	c, err := nrt.Compile(obj, "nvidia.com/gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.set("n", c, nil, false)
+	v, _ := st.View("n")
+	if v == nil || v.free != c.Free {
+		t.Fatalf("after set: %+v", v)
+	}
+	st.Reserve("n", "pod-a", 1, nil)
+	if v, _ := st.View("n"); v.free != c.Free&^1 || !v.stale {
+		t.Errorf("after Reserve: free %b stale %v", v.free, v.stale)
+	}
+	st.forgetPod("pod-a")
+	if v, _ := st.View("n"); v.free != c.Free || len(st.podNode) != 0 {
+		t.Errorf("after forgetPod: free %b, index %v", v.free, st.podNode)
+	}
+	st.Reserve("n", "pod-b", 2, nil)
+	st.set("n", c, nil, true) // the object counts pod-b now
+	if v, _ := st.View("n"); v.stale || len(st.podNode) != 0 {
+		t.Errorf("after a confirming object: stale %v, index %v", v.stale, st.podNode)
+	}
+	st.set("n", nil, errors.New("garbled"), false)
+	if v, why := st.View("n"); v != nil || why != "NodeResourceTopology cannot be read: garbled" {
+		t.Errorf("garbled object: %v %q", v, why)
+	}
+	st.set("n", c, nil, false)
+	st.remove("n")
+	if v, why := st.View("n"); v != nil || why != "no NodeResourceTopology for this node" {
+		t.Errorf("removed object: %v %q", v, why)
+	}
+}
+
+func TestTakesLargestNode(t *testing.T) {
+	nodes := func(gpus ...int64) []fwk.NodeInfo {
+		var out []fwk.NodeInfo
+		for i, g := range gpus {
+			out = append(out, nodeInfo(fmt.Sprint("n", i), g))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes []fwk.NodeInfo
+		want  int64
+		skip  bool
+	}{
+		{"smaller than every node", nodes(8, 8), 2, false},
+		{"every GPU of the largest", nodes(8, 4), 8, true},
+		{"more than any node", nodes(4), 8, true},
+		{"a larger node later in the list", nodes(8, 8, 16), 8, false},
+		{"no node with GPUs", nodes(0, 0), 1, false},
+		{"no nodes", nil, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := takesLargestNode(tc.nodes, "nvidia.com/gpu", tc.want); got != tc.skip {
+				t.Errorf("takesLargestNode = %v, want %v", got, tc.skip)
+			}
+		})
 	}
 }

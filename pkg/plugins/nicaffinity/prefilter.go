@@ -91,17 +91,27 @@ func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v
 	if !ok {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	largest := int64(0)
-	for _, n := range nodes {
-		if q, ok := n.GetAllocatable().GetScalarResources()[v1.ResourceName(pl.args.GPUResourceName)]; ok {
-			largest = max(largest, q)
-		}
-	}
-	if largest > 0 && int64(req.gpus) >= largest {
+	if takesLargestNode(nodes, v1.ResourceName(pl.args.GPUResourceName), int64(req.gpus)) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	cycle.Write(stateKey, &preFilterState{req: *req})
 	return nil, nil
+}
+
+// takesLargestNode: the pod asks for at least as many GPUs as the largest
+// node has (and some node has GPUs). The scan stops at the first node with
+// more, so the common pod costs one lookup, not one per node of the cluster.
+func takesLargestNode(nodes []fwk.NodeInfo, gpu v1.ResourceName, want int64) bool {
+	seen := false
+	for _, n := range nodes {
+		if q, ok := n.GetAllocatable().GetScalarResources()[gpu]; ok {
+			if q > want {
+				return false
+			}
+			seen = seen || q > 0
+		}
+	}
+	return seen
 }
 
 // PreFilterExtensions: none; reservations live in the cache, not in the cycle.

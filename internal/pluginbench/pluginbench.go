@@ -1,0 +1,139 @@
+// Package pluginbench holds the NICAffinity plugin's micro-benchmarks, so
+// that `go test -bench` (pkg/plugins/nicaffinity) and `nicaffinity bench`
+// (testing.Benchmark, no Go toolchain needed) run the same code.
+package pluginbench
+
+import (
+	"os"
+	"testing"
+
+	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/plugins/nicaffinity"
+	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+)
+
+// Benchmark is one named micro-benchmark.
+type Benchmark struct {
+	Name string
+	F    func(*testing.B)
+}
+
+const (
+	rdma  = "rdma/hca"
+	sriov = "openshift.io/sriov_highnet"
+)
+
+// Benchmarks: Filter and Score of one node per call, as the scheduler
+// calls them once per candidate node. Node shapes: an HGX H100 with some
+// GPUs taken, and an H20 whose VFs sit on two of its NICs.
+var Benchmarks = []Benchmark{
+	{"Filter/h100-2gpu-rdma", filter(sysfstest.HGXH100, pod(2, rdma, "1"), 0, 2, 5)},
+	{"Filter/h100-4gpu-rdma", filter(sysfstest.HGXH100, pod(4, rdma, "1"), 1)},
+	{"Filter/h20-4gpu-2vf", filter(sysfstest.H20SRIOV, pod(4, sriov, "2"))},
+	{"Score/h100-2gpu-rdma", score(sysfstest.HGXH100, pod(2, rdma, "1"), 0, 2, 5)},
+}
+
+func pod(gpus int64, res, n string) *v1.Pod {
+	limits := v1.ResourceList{
+		"nvidia.com/gpu":     *resource.NewQuantity(gpus, resource.DecimalSI),
+		v1.ResourceName(res): resource.MustParse(n),
+	}
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: "default", UID: types.UID("uid-bench")},
+		Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Limits: limits, Requests: limits}}}},
+	}
+}
+
+// object builds the machine's NodeResourceTopology as the exporter would,
+// with the GPUs at positions used held by another pod; every VF is free.
+func object(b *testing.B, build func(*sysfstest.Tree), used ...int) *v1alpha2.NodeResourceTopology {
+	dir, err := os.MkdirTemp("", "pluginbench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	tree := sysfstest.New(dir)
+	build(tree)
+	if err := tree.Err(); err != nil {
+		b.Fatal(err)
+	}
+	topo, err := sysfs.New(sysfs.WithRoot(tree.Root)).Discover()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var snap podresources.Snapshot
+	holder := podresources.Pod{Namespace: "other", Name: "holder"}
+	for i, g := range topo.GPUs {
+		d := podresources.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address}
+		snap.Allocatable = append(snap.Allocatable, d)
+		for _, u := range used {
+			if u == i {
+				holder.Devices = append(holder.Devices, d)
+			}
+		}
+	}
+	for _, nic := range topo.NICs {
+		for _, vf := range nic.VFs {
+			snap.Allocatable = append(snap.Allocatable, podresources.Device{Resource: sriov, ID: vf})
+		}
+	}
+	snap.Pods = []podresources.Pod{holder}
+	obj, problems := nrt.Build(nrt.Input{Node: "node", Topology: topo, Snapshot: snap, Resources: nrt.DefaultResources()})
+	if len(problems) > 0 {
+		b.Fatal(problems)
+	}
+	return obj
+}
+
+// setup is the plugin over one node's object, after PreFilter.
+func setup(b *testing.B, build func(*sysfstest.Tree), p *v1.Pod, used ...int) (*nicaffinity.NICAffinity, fwk.CycleState, fwk.NodeInfo) {
+	args := &nicaffinity.Args{}
+	args.SetDefaults()
+	pl, err := nicaffinity.NewWithCache(args, nil, nicaffinity.NewStaticCache(args, object(b, build, used...)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ni := framework.NewNodeInfo()
+	ni.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node"}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
+		"nvidia.com/gpu": *resource.NewQuantity(8, resource.DecimalSI),
+	}}})
+	cycle := framework.NewCycleState()
+	if _, st := pl.PreFilter(b.Context(), cycle, p, []fwk.NodeInfo{ni}); !st.IsSuccess() {
+		b.Fatal(st)
+	}
+	return pl, cycle, ni
+}
+
+func filter(build func(*sysfstest.Tree), p *v1.Pod, used ...int) func(*testing.B) {
+	return func(b *testing.B) {
+		pl, cycle, ni := setup(b, build, p, used...)
+		b.ReportAllocs()
+		for b.Loop() {
+			if st := pl.Filter(b.Context(), cycle, p, ni); !st.IsSuccess() {
+				b.Fatal(st)
+			}
+		}
+	}
+}
+
+func score(build func(*sysfstest.Tree), p *v1.Pod, used ...int) func(*testing.B) {
+	return func(b *testing.B) {
+		pl, cycle, ni := setup(b, build, p, used...)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, st := pl.Score(b.Context(), cycle, p, ni); !st.IsSuccess() {
+				b.Fatal(st)
+			}
+		}
+	}
+}
