@@ -9,8 +9,13 @@ import (
 	"io/fs"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -57,6 +62,9 @@ func JSONConfig(cfg *rest.Config) *rest.Config {
 // served. Everything stops at t's cleanup.
 func Start(t ktesting.TB) *ControlPlane {
 	t.Helper()
+	if err := certFixtureWorkaround(); err != nil {
+		t.Fatalf("kube-apiserver certificate directory: %v", err)
+	}
 	etcdURL := startEtcd(t)
 	storage := storagebackend.NewDefaultConfig(fmt.Sprintf("/nicaffinity-%d", time.Now().UnixNano()), nil)
 	storage.Transport.ServerList = []string{etcdURL}
@@ -80,6 +88,48 @@ func Start(t ktesting.TB) *ControlPlane {
 		t.Fatalf("installing CRDs: %v", err)
 	}
 	return cp
+}
+
+var (
+	fixtureOnce sync.Once
+	fixtureErr  error
+)
+
+// certFixtureWorkaround: kube-apiserver's test server keeps its self-signed
+// certificates in the testdata directory beside its own source file, a path
+// fixed when the binary was built (the Go module cache of the build
+// machine). Where that directory is missing (nicaffinity run on a machine
+// without that module cache, or built with -trimpath) the server cannot
+// start. It honours Bazel's TEST_SRCDIR/TEST_WORKSPACE as a prefix of that
+// path; point them at a directory of our own that holds it. Once per
+// process: the variables are process-wide.
+func certFixtureWorkaround() error {
+	fixtureOnce.Do(func() {
+		fn := runtime.FuncForPC(reflect.ValueOf(kubeapiservertesting.StartTestServer).Pointer())
+		if fn == nil {
+			fixtureErr = fmt.Errorf("cannot locate the test server's source path")
+			return
+		}
+		src, _ := fn.FileLine(fn.Entry())
+		dir := filepath.Dir(src)
+		if filepath.IsAbs(dir) {
+			if _, err := os.Stat(filepath.Join(dir, "testdata")); err == nil {
+				return // built here: the server's own directory exists
+			}
+		}
+		base, err := os.UserCacheDir()
+		if err != nil {
+			base = os.TempDir()
+		}
+		root := filepath.Join(base, "nicaffinity", "apiserver-certs")
+		if err := os.MkdirAll(filepath.Join(root, "ws", dir, "testdata"), 0o700); err != nil {
+			fixtureErr = err
+			return
+		}
+		os.Setenv("TEST_SRCDIR", root)
+		os.Setenv("TEST_WORKSPACE", "ws")
+	})
+	return fixtureErr
 }
 
 // startEtcd runs an embedded etcd on free ports in a temp dir until t's cleanup.
