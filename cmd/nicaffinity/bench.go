@@ -21,6 +21,7 @@ type benchOptions struct {
 	// cpuProfile of the whole process (apiserver, etcd and scheduler run
 	// in it) during the batches.
 	cpuProfile string
+	configFile string
 }
 
 func newBenchCommand() *cobra.Command {
@@ -48,6 +49,7 @@ lifted, as in scheduler_perf.`,
 	cmd.Flags().BoolVar(&o.spec.DefaultFirst, "default-first", false, "run B A A B (default profile first) to check for order effects")
 	cmd.Flags().BoolVar(&o.micro, "micro", true, "also run the Filter/Score micro-benchmarks")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "text or json")
+	cmd.Flags().StringVar(&o.configFile, "scheduler-config", "", "KubeSchedulerConfiguration with a nicaffinity-scheduler profile to measure instead of the shipped one")
 	cmd.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to this file")
 	return cmd
 }
@@ -64,6 +66,13 @@ func (o *benchOptions) run(out, progress io.Writer) error {
 		return fmt.Errorf("--output %q: want text or json", o.output)
 	}
 	spec := o.spec
+	if o.configFile != "" {
+		b, err := os.ReadFile(o.configFile)
+		if err != nil {
+			return err
+		}
+		spec.SchedulerConfig = string(b)
+	}
 	if spec.Nodes <= 0 || spec.Pods <= 0 || spec.Pods > spec.Nodes*8 {
 		return fmt.Errorf("--nodes and --pods must be positive, and --pods at most 8 x --nodes")
 	}
@@ -110,19 +119,19 @@ func (o *benchOptions) run(out, progress io.Writer) error {
 	for _, r := range results {
 		fmt.Fprintf(out, "%s attempts: %v\n", r.Scheduler, r.Attempts)
 	}
-	fmt.Fprintf(out, "\nextension point p99, ms (scheduler_framework_extension_point_duration_seconds)\n%-24s", "profile")
-	points := []string{"PreFilter", "Filter", "PreScore", "Score", "Reserve", "Permit", "PreBind", "Bind"}
+	fmt.Fprintf(out, "\nextension points, ms p50/p99 (scheduler_framework_extension_point_duration_seconds)\n%-24s", "profile")
+	points := []string{"PreFilter", "Filter", "PreScore", "Score", "Reserve", "Permit", "Bind"}
 	for _, p := range points {
-		fmt.Fprintf(out, "%10s", p)
+		fmt.Fprintf(out, "%12s", p)
 	}
 	fmt.Fprintln(out)
 	for _, r := range results {
 		fmt.Fprintf(out, "%-24s", r.Scheduler)
 		for _, p := range points {
 			if v, ok := r.ExtensionPointsP99Ms[p]; ok {
-				fmt.Fprintf(out, "%10.2f", v)
+				fmt.Fprintf(out, "%12s", fmt.Sprintf("%.2f/%.2f", r.ExtensionPointsP50Ms[p], v))
 			} else {
-				fmt.Fprintf(out, "%10s", "-")
+				fmt.Fprintf(out, "%12s", "-")
 			}
 		}
 		fmt.Fprintln(out)

@@ -15,6 +15,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/plugins/nicaffinity"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
@@ -41,6 +42,15 @@ var Benchmarks = []Benchmark{
 	{"Filter/h100-4gpu-rdma", filter(sysfstest.HGXH100, pod(4, rdma, "1"), 1)},
 	{"Filter/h20-4gpu-2vf", filter(sysfstest.H20SRIOV, pod(4, sriov, "2"))},
 	{"Score/h100-2gpu-rdma", score(sysfstest.HGXH100, pod(2, rdma, "1"), 0, 2, 5)},
+	// A pod with its own max level misses the view's precomputed answers
+	// and searches.
+	{"Filter/h100-2gpu-rdma-search", filter(sysfstest.HGXH100, withMaxLevel(pod(2, rdma, "1"), "PIX"), 0, 2, 5)},
+	{"Score/h100-2gpu-rdma-search", score(sysfstest.HGXH100, withMaxLevel(pod(2, rdma, "1"), "PIX"), 0, 2, 5)},
+}
+
+func withMaxLevel(p *v1.Pod, level string) *v1.Pod {
+	p.Annotations = map[string]string{annotations.MaxLevel: level}
+	return p
 }
 
 func pod(gpus int64, res, n string) *v1.Pod {

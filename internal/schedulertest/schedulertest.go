@@ -36,10 +36,24 @@ func ShippedConfig() (string, error) {
 	return cfg, nil
 }
 
-// WithDefaultProfile appends a profile with the default plugins under the
+// WithDefaultProfile adds a profile with the default plugins under the
 // name default-scheduler, for side-by-side comparisons.
 func WithDefaultProfile(cfg string) string {
 	return cfg + "- schedulerName: default-scheduler\n"
+}
+
+// Edit decodes a KubeSchedulerConfiguration, lets f change it as a
+// generic document, and encodes it again (comments are lost).
+func Edit(cfg string, f func(doc map[string]any) error) (string, error) {
+	var doc map[string]any
+	if err := yaml.Unmarshal([]byte(cfg), &doc); err != nil {
+		return "", err
+	}
+	if err := f(doc); err != nil {
+		return "", err
+	}
+	b, err := yaml.Marshal(doc)
+	return string(b), err
 }
 
 // Start runs the scheduler with cfg (a KubeSchedulerConfiguration; its

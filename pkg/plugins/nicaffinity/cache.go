@@ -66,8 +66,10 @@ type store struct {
 	nodes   map[string]*nodeEntry
 	views   sync.Map // node name -> *published
 	podNode map[types.UID]string
-	timeout time.Duration
-	now     func() time.Time
+	// precompute fills each new view's answers (the plugin sets it).
+	precompute func(*nodeView)
+	timeout    time.Duration
+	now        func() time.Time
 }
 
 // published is what View hands out for a node, replaced whole by rebuild.
@@ -236,7 +238,21 @@ func (s *store) rebuild(node string) {
 			}
 		}
 	}
+	if s.precompute != nil {
+		s.precompute(v)
+	}
 	e.view = v
+}
+
+// setPrecompute installs the plugin's answers and rebuilds the views made
+// before it.
+func (s *store) setPrecompute(f func(*nodeView)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.precompute = f
+	for node := range s.nodes {
+		s.rebuild(node)
+	}
 }
 
 // informerCache feeds the store from an NRT informer and the scheduler's pod informer.

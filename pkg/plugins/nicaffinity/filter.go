@@ -37,7 +37,11 @@ func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod
 		return fwk.NewStatus(fwk.Unschedulable, "NodeResourceTopology has not caught up with pods placed on this node yet")
 	}
 	li := levelIndex(req.maxLevel)
-	if v.feasible(req, li) {
+	if req.common && req.gpus < len(v.answers) {
+		if v.answers[req.gpus].feasible {
+			return nil
+		}
+	} else if v.feasible(req, li) {
 		return nil
 	}
 	return pl.rejection(v, req, li)

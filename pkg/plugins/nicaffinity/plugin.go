@@ -95,7 +95,11 @@ func NewWithCache(args *Args, h fwk.Handle, cache Cache) (*NICAffinity, error) {
 	if errs := args.Validate(); len(errs) > 0 {
 		return nil, fmt.Errorf("%s args: %w", Name, errs.ToAggregate())
 	}
-	return &NICAffinity{handle: h, args: args, cache: cache, score: strategies[args.ScoringStrategy.Type]}, nil
+	pl := &NICAffinity{handle: h, args: args, cache: cache, score: strategies[args.ScoringStrategy.Type]}
+	if c, ok := cache.(interface{ setPrecompute(func(*nodeView)) }); ok {
+		c.setPrecompute(pl.precompute)
+	}
+	return pl, nil
 }
 
 // EventsToRegister: a node's object appearing or changing, a pod going away

@@ -479,3 +479,57 @@ func TestTakesLargestNode(t *testing.T) {
 		})
 	}
 }
+
+// TestPrecomputedAnswers: the answers a view carries for common requests
+// are the ones the search gives, on every subset of free GPUs of the
+// half-NIC shape and on an HGX H100 with some GPUs taken, for both
+// strategies.
+func TestPrecomputedAnswers(t *testing.T) {
+	var objs []*v1alpha2.NodeResourceTopology
+	for mask := 0; mask < 256; mask += 7 {
+		var free []int
+		for g := 0; g < 8; g++ {
+			if mask&(1<<g) != 0 {
+				free = append(free, g)
+			}
+		}
+		objs = append(objs, handNRT(fmt.Sprint("half-", mask), free...))
+	}
+	objs = append(objs, machineNRT(t, "h100", sysfstest.HGXH100, 1, 2, 6))
+	for _, strategy := range []string{StrategyBalanced, StrategyMostAligned} {
+		pl, st := newTestPlugin(t, func(a *Args) { a.ScoringStrategy.Type = strategy }, objs...)
+		checked := 0
+		for _, o := range objs {
+			v, _ := st.View(o.Name)
+			if len(v.answers) != len(v.c.GPUs) {
+				t.Fatalf("%s: %d answers for %d GPUs", o.Name, len(v.answers), len(v.c.GPUs))
+			}
+			for g := 1; g < len(v.c.GPUs); g++ {
+				for _, rdma := range []bool{true, false} {
+					req := &request{gpus: g, rdma: rdma, maxLevel: pl.args.maxLevel(), required: true}
+					if rdma && v.answers[g].feasible != v.feasible(req, levelIndex(req.maxLevel)) {
+						t.Errorf("%s, %s, %d GPUs: precomputed feasible %v", strategy, o.Name, g, v.answers[g].feasible)
+					}
+					want, got := pl.nodeScore(v, req), v.plain[g]
+					if rdma {
+						got = v.answers[g].score
+					}
+					if got != want {
+						t.Errorf("%s, %s, %d GPUs, rdma %v: precomputed score %d, search %d", strategy, o.Name, g, rdma, got, want)
+					}
+					checked++
+				}
+			}
+		}
+		if checked == 0 {
+			t.Fatal("nothing checked")
+		}
+	}
+	// Requests off the common path (VFs, another level) still search.
+	pl, _ := newTestPlugin(t, nil, handNRT("n", 0, 1, 4, 5))
+	p := makePod("p", 2, map[string]string{annotations.MaxLevel: "PIX"}, rdma, "1")
+	cycle, _ := preFilter(t, pl, p, nodeInfo("big", 16))
+	if s, _ := getState(cycle); s.req.common {
+		t.Error("a pod with its own max level counted as common")
+	}
+}

@@ -77,6 +77,7 @@ func (pl *NICAffinity) podRequest(pod *v1.Pod) (*request, bool, error) {
 		}
 		req.required = p == annotations.PolicyRequired
 	}
+	req.common = len(req.vfs) == 0 && req.maxLevel == pl.args.maxLevel() && req.required == (pl.args.DefaultPolicy == annotations.PolicyRequired)
 	return req, true, nil
 }
 

@@ -6,6 +6,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -24,7 +26,32 @@ func (pl *NICAffinity) Score(_ context.Context, cycle fwk.CycleState, _ *v1.Pod,
 	if v == nil {
 		return 0, nil
 	}
-	return pl.nodeScore(v, &s.req), nil
+	req := &s.req
+	if req.common && req.gpus < len(v.answers) {
+		if req.rdma {
+			return v.answers[req.gpus].score, nil
+		}
+		return v.plain[req.gpus], nil
+	}
+	return pl.nodeScore(v, req), nil
+}
+
+// precompute fills a new view's answers for common requests of 1 to
+// len(GPUs)-1 GPUs (whole-node requests are skipped in PreFilter).
+func (pl *NICAffinity) precompute(v *nodeView) {
+	n := len(v.c.GPUs)
+	if n < 2 {
+		return
+	}
+	v.answers, v.plain = make([]answer, n), make([]int64, n)
+	req := request{maxLevel: pl.args.maxLevel(), required: pl.args.DefaultPolicy == annotations.PolicyRequired, common: true}
+	li := levelIndex(req.maxLevel)
+	for g := 1; g < n; g++ {
+		req.gpus, req.rdma = g, true
+		v.answers[g] = answer{feasible: v.feasible(&req, li), score: pl.nodeScore(v, &req)}
+		req.rdma = false
+		v.plain[g] = pl.nodeScore(v, &req)
+	}
 }
 
 func (pl *NICAffinity) nodeScore(v *nodeView, req *request) int64 {

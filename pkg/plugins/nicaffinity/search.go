@@ -12,6 +12,9 @@ type request struct {
 	vfs      []vfRequest
 	maxLevel topology.Level
 	required bool
+	// common: the plugin's default level and policy, no VFs. Views carry
+	// precomputed answers for such requests (see answers).
+	common bool
 }
 
 type vfRequest struct {
@@ -30,6 +33,18 @@ type nodeView struct {
 	vfFree map[string][]int64
 	// stale is set while the object does not count every pod placed here.
 	stale bool
+	// answers[g] and plain[g] are Filter's and Score's answers for a common
+	// request of g GPUs with and without RDMA, computed once when the view
+	// is built: most pods ask the same few things of a node that changes
+	// far less often than it is asked (nil until the plugin sets them up).
+	answers []answer
+	plain   []int64
+}
+
+// answer is what a common RDMA request gets from one view.
+type answer struct {
+	feasible bool
+	score    int64
 }
 
 // levelIndex is l's index in topology.Levels (PIX 0 ... SYS 4).
