@@ -6,6 +6,8 @@ export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export CGO_ENABLED := 1
 
 DEMO_PROFILE ?= oci-bm-gpu-h100-8-8gpu-8x2portcx7
+# make demo writes its HTML report here.
+DEMO_REPORT ?= _output/demo
 FUZZTIME     ?= 10s
 
 .PHONY: all build test vet race unit demo demo-topo bench fuzz clean
@@ -38,7 +40,7 @@ test: vet
 # The main job: a simulated cluster of real machine shapes, the same workload
 # through nicaffinity and through the default scheduler (about a minute).
 demo:
-	$(GO) run ./cmd/nicaffinity simulate
+	$(GO) run ./cmd/nicaffinity simulate --report $(DEMO_REPORT)
 
 # The topology of a bundled real machine, as nvidia-smi topo -m prints it.
 demo-topo:

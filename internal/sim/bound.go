@@ -11,8 +11,9 @@ import (
 // whole workload in advance.
 type Bound struct {
 	RDMAJobs int `json:"rdmaJobs"`
-	// Alignable jobs fit, alone, on some node's aligned GPUs (of the NIC
-	// kind they ask for); the rest can never be eligible.
+	// Alignable jobs fit, alone, on some node's aligned GPUs (for a job
+	// with one VF: GPUs near one NIC that has VFs); the rest can never be
+	// eligible.
 	Alignable int `json:"alignable"`
 	// Jobs is at most how many can be eligible together; Share = Jobs/RDMAJobs.
 	Jobs  int     `json:"jobs"`
@@ -45,7 +46,7 @@ func offlineBound(jobs []job, nodes []nodeInfo) Bound {
 		}
 		b.RDMAJobs++
 		for _, n := range nodes {
-			if n.alignedCount(j.VF) >= j.GPUs {
+			if (!j.VF && n.alignedCount(false) >= j.GPUs) || (j.VF && n.VFGroup >= j.GPUs) {
 				alignable = append(alignable, j)
 				break
 			}

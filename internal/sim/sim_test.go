@@ -161,6 +161,10 @@ func TestPrepare(t *testing.T) {
 	if p.GPUs() != 56 || p.AlignedGPUs() != 40 {
 		t.Errorf("GPUs %d, aligned %d; want 56, 40", p.GPUs(), p.AlignedGPUs())
 	}
+	// The H20's VFs sit on two NICs, each next to two GPUs.
+	if h20 := p.info[len(p.info)-1]; h20.Name != "h20-0" || h20.VFNICs != 2 || h20.VFGroup != 2 {
+		t.Errorf("h20: %d NICs with VFs, at most %d GPUs next to one; want 2, 2", h20.VFNICs, h20.VFGroup)
+	}
 	b := p.Bound()
 	if b.RDMAJobs == 0 || b.Jobs > b.Alignable || b.Alignable > b.RDMAJobs {
 		t.Errorf("bound %+v", b)
@@ -181,7 +185,7 @@ func TestOfflineBound(t *testing.T) {
 	// Two nodes: one with 4 of its GPUs aligned (2 of them to a NIC with
 	// VFs), one with none.
 	nodes := []nodeInfo{
-		{Name: "a", GPUs: make([]string, 8), Aligned: bools(1, 1, 1, 1, 0, 0, 0, 0), AlignedVF: bools(1, 1, 0, 0, 0, 0, 0, 0)},
+		{Name: "a", GPUs: make([]string, 8), Aligned: bools(1, 1, 1, 1, 0, 0, 0, 0), AlignedVF: bools(1, 1, 0, 0, 0, 0, 0, 0), VFNICs: 1, VFGroup: 2},
 		{Name: "b", GPUs: make([]string, 8), Aligned: make([]bool, 8), AlignedVF: make([]bool, 8)},
 	}
 	s := func(sec float64) time.Duration { return time.Duration(sec * float64(time.Second)) }

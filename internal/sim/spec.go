@@ -441,6 +441,9 @@ type nodeInfo struct {
 	Aligned   []bool
 	AlignedVF []bool
 	VFNICs    int
+	// VFGroup is the most GPUs at PIX/PXB to one NIC with VFs: a pod with
+	// one VF uses one NIC, so that is the largest VF job that can align.
+	VFGroup int
 }
 
 func describe(name string, t *topology.Topology) nodeInfo {
@@ -448,6 +451,13 @@ func describe(name string, t *topology.Topology) nodeInfo {
 	for _, nic := range t.NICs {
 		if nic.PhysFn == "" && len(nic.VFs) > 0 {
 			n.VFNICs++
+			near := 0
+			for _, g := range t.GPUs {
+				if t.PCILevel(g.PCI, nic.PCI).GPUDirectCapable() {
+					near++
+				}
+			}
+			n.VFGroup = max(n.VFGroup, near)
 		}
 	}
 	for _, g := range t.GPUs {
