@@ -34,5 +34,5 @@ for ib in "$src"/class/infiniband/*; do
   for p in "$real"/ports/*; do copy_attrs "$p" link_layer state rate; done
 done
 for n in "$src"/devices/system/node/node[0-9]*; do
-  [ -d "$n" ] && copy_attrs "$n" cpulist
+  [ -d "$n" ] && copy_attrs "$n" cpulist distance
 done
