@@ -4,6 +4,7 @@
 package pluginbench
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
@@ -46,6 +47,51 @@ var Benchmarks = []Benchmark{
 	// and searches.
 	{"Filter/h100-2gpu-rdma-search", filter(sysfstest.HGXH100, withMaxLevel(pod(2, rdma, "1"), "PIX"), 0, 2, 5)},
 	{"Score/h100-2gpu-rdma-search", score(sysfstest.HGXH100, withMaxLevel(pod(2, rdma, "1"), "PIX"), 0, 2, 5)},
+	// One call per node in turn over 5000 nodes, as a scheduling cycle
+	// walks them: the views are no longer in the CPU's caches.
+	{"Filter/5000-nodes-1gpu-rdma", manyNodes(5000, pod(1, rdma, "1"), false)},
+	{"Score/5000-nodes-1gpu-rdma", manyNodes(5000, pod(1, rdma, "1"), true)},
+}
+
+func manyNodes(n int, p *v1.Pod, scoring bool) func(*testing.B) {
+	return func(b *testing.B) {
+		obj := object(b, sysfstest.HGXH100, 0, 2, 5)
+		objs := make([]*v1alpha2.NodeResourceTopology, n)
+		infos := make([]fwk.NodeInfo, n)
+		for i := range objs {
+			o := obj.DeepCopy()
+			o.Name = fmt.Sprintf("gpu-%05d", i)
+			objs[i] = o
+			ni := framework.NewNodeInfo()
+			ni.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: o.Name}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
+				"nvidia.com/gpu": *resource.NewQuantity(8, resource.DecimalSI),
+			}}})
+			infos[i] = ni
+		}
+		args := &nicaffinity.Args{}
+		args.SetDefaults()
+		pl, err := nicaffinity.NewWithCache(args, nil, nicaffinity.NewStaticCache(args, objs...))
+		if err != nil {
+			b.Fatal(err)
+		}
+		cycle := framework.NewCycleState()
+		if _, st := pl.PreFilter(b.Context(), cycle, p, infos); !st.IsSuccess() {
+			b.Fatal(st)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			ni := infos[i%n]
+			i++
+			if scoring {
+				if _, st := pl.Score(b.Context(), cycle, p, ni); !st.IsSuccess() {
+					b.Fatal(st)
+				}
+			} else if st := pl.Filter(b.Context(), cycle, p, ni); !st.IsSuccess() {
+				b.Fatal(st)
+			}
+		}
+	}
 }
 
 func withMaxLevel(p *v1.Pod, level string) *v1.Pod {

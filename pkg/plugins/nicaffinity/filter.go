@@ -22,23 +22,26 @@ func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod
 		return nil
 	}
 	req := &s.req
-	node := nodeInfo.Node().Name
-	v, why := pl.cache.View(node)
+	if !req.rdma || !req.required {
+		return nil // only scored: every node passes
+	}
+	pub := pl.cache.lookup(nodeInfo.Node().Name)
+	v, why := pub.viewOrWhy()
 	if v == nil {
-		if !req.required || !req.rdma || pl.args.MissingTopology == MissingIgnore {
+		if pl.args.MissingTopology == MissingIgnore {
 			return nil
 		}
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
 	}
-	if req.gpus >= len(v.c.GPUs) || !req.rdma || !req.required {
+	if req.gpus >= pub.gpus {
 		return nil
 	}
-	if v.stale && pl.args.StaleTopology == StaleReject {
+	if pub.stale && pl.args.StaleTopology == StaleReject {
 		return fwk.NewStatus(fwk.Unschedulable, "NodeResourceTopology has not caught up with pods placed on this node yet")
 	}
 	li := levelIndex(req.maxLevel)
-	if req.common && req.gpus < len(v.answers) {
-		if v.answers[req.gpus].feasible {
+	if req.common && req.gpus < pub.answered {
+		if pub.common[req.gpus].feasible {
 			return nil
 		}
 	} else if v.feasible(req, li) {
@@ -47,8 +50,6 @@ func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod
 	return pl.rejection(v, req, li)
 }
 
-// rejection words why a node failed. Unresolvable when even an empty node
-// could not do it (preemption would not help).
 func (pl *NICAffinity) rejection(v *nodeView, req *request, li int) *fwk.Status {
 	level := topology.Levels[li]
 	free := v.free.Count()

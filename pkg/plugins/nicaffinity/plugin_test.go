@@ -504,13 +504,16 @@ func TestPrecomputedAnswers(t *testing.T) {
 			if len(v.answers) != len(v.c.GPUs) {
 				t.Fatalf("%s: %d answers for %d GPUs", o.Name, len(v.answers), len(v.c.GPUs))
 			}
+			if pub := st.lookup(o.Name); pub.answered != len(v.c.GPUs) || pub.gpus != len(v.c.GPUs) || pub.common[1] != v.answers[1] {
+				t.Fatalf("%s: published %d answers for %d GPUs", o.Name, pub.answered, pub.gpus)
+			}
 			for g := 1; g < len(v.c.GPUs); g++ {
 				for _, rdma := range []bool{true, false} {
 					req := &request{gpus: g, rdma: rdma, maxLevel: pl.args.maxLevel(), required: true}
 					if rdma && v.answers[g].feasible != v.feasible(req, levelIndex(req.maxLevel)) {
 						t.Errorf("%s, %s, %d GPUs: precomputed feasible %v", strategy, o.Name, g, v.answers[g].feasible)
 					}
-					want, got := pl.nodeScore(v, req), v.plain[g]
+					want, got := pl.nodeScore(v, req), v.answers[g].plain
 					if rdma {
 						got = v.answers[g].score
 					}
@@ -523,6 +526,21 @@ func TestPrecomputedAnswers(t *testing.T) {
 		}
 		if checked == 0 {
 			t.Fatal("nothing checked")
+		}
+		// Through the extension points, which read the published copy.
+		for _, o := range objs {
+			v, _ := st.View(o.Name)
+			for g := 1; g < len(v.c.GPUs); g++ {
+				p := makePod("p", int64(g), nil, rdma, "1")
+				cycle, _ := preFilter(t, pl, p, nodeInfo("big", 16))
+				req := &request{gpus: g, rdma: true, maxLevel: pl.args.maxLevel(), required: true}
+				if got, _ := pl.Score(t.Context(), cycle, p, nodeInfo(o.Name, 8)); got != pl.nodeScore(v, req) {
+					t.Errorf("%s, %s, %d GPUs: Score %d, search %d", strategy, o.Name, g, got, pl.nodeScore(v, req))
+				}
+				if f := pl.Filter(t.Context(), cycle, p, nodeInfo(o.Name, 8)); f.IsSuccess() != v.feasible(req, levelIndex(req.maxLevel)) {
+					t.Errorf("%s, %s, %d GPUs: Filter %v", strategy, o.Name, g, f)
+				}
+			}
 		}
 	}
 	// Requests off the common path (VFs, another level) still search.

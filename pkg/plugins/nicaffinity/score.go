@@ -22,18 +22,18 @@ func (pl *NICAffinity) Score(_ context.Context, cycle fwk.CycleState, _ *v1.Pod,
 	if s == nil {
 		return 0, nil // skipped pod: every node alike
 	}
-	v, _ := pl.cache.View(nodeInfo.Node().Name)
-	if v == nil {
+	pub := pl.cache.lookup(nodeInfo.Node().Name)
+	if pub == nil || pub.view == nil {
 		return 0, nil
 	}
 	req := &s.req
-	if req.common && req.gpus < len(v.answers) {
+	if req.common && req.gpus < pub.answered {
 		if req.rdma {
-			return v.answers[req.gpus].score, nil
+			return pub.common[req.gpus].score, nil
 		}
-		return v.plain[req.gpus], nil
+		return pub.common[req.gpus].plain, nil
 	}
-	return pl.nodeScore(v, req), nil
+	return pl.nodeScore(pub.view, req), nil
 }
 
 // precompute fills a new view's answers for common requests of 1 to
@@ -43,14 +43,14 @@ func (pl *NICAffinity) precompute(v *nodeView) {
 	if n < 2 {
 		return
 	}
-	v.answers, v.plain = make([]answer, n), make([]int64, n)
+	v.answers = make([]answer, n)
 	req := request{maxLevel: pl.args.maxLevel(), required: pl.args.DefaultPolicy == annotations.PolicyRequired, common: true}
 	li := levelIndex(req.maxLevel)
 	for g := 1; g < n; g++ {
 		req.gpus, req.rdma = g, true
 		v.answers[g] = answer{feasible: v.feasible(&req, li), score: pl.nodeScore(v, &req)}
 		req.rdma = false
-		v.plain[g] = pl.nodeScore(v, &req)
+		v.answers[g].plain = pl.nodeScore(v, &req)
 	}
 }
 

@@ -38,13 +38,14 @@ type nodeView struct {
 	// is built: most pods ask the same few things of a node that changes
 	// far less often than it is asked (nil until the plugin sets them up).
 	answers []answer
-	plain   []int64
 }
 
-// answer is what a common RDMA request gets from one view.
+// answer is what a common request of some number of GPUs gets from one
+// view: with RDMA, whether it fits and its score; without, its score.
 type answer struct {
 	feasible bool
 	score    int64
+	plain    int64
 }
 
 // levelIndex is l's index in topology.Levels (PIX 0 ... SYS 4).
