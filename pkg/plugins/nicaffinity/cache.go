@@ -86,11 +86,10 @@ type store struct {
 // so that path reads this one object after the map, not a chain of
 // pointers; at thousands of nodes each hop is a cache miss.
 type published struct {
-	view    *nodeView
-	why     string
-	expires time.Time
-	gpus    int
-	stale   bool
+	view  *nodeView
+	why   string
+	gpus  int
+	stale bool
 	// common[g] for g < answered are the view's precomputed answers.
 	answered int
 	common   [maxCommonGPUs]answer
@@ -130,7 +129,7 @@ func (s *store) View(node string) (*nodeView, string) {
 }
 
 // lookup implements Cache: the node's published view, nil if none was ever
-// published. Reservations past their time are dropped on the way.
+// published.
 func (s *store) lookup(node string) *published {
 	var pub *published
 	if m := s.views.Load(); m != nil {
@@ -138,13 +137,28 @@ func (s *store) lookup(node string) *published {
 			pub = slot.Load()
 		}
 	}
-	if pub != nil && !pub.expires.IsZero() && s.now().After(pub.expires) {
-		s.mu.Lock()
-		s.expire(node)
-		s.mu.Unlock()
-		pub = (*s.views.Load())[node].Load()
-	}
 	return pub
+}
+
+// expireDue drops reservations older than the timeout on every node. The
+// informer-backed cache calls it on a ticker (sweepInterval) rather than
+// checking the clock on every lookup: the timeout is minutes, and the
+// lookup runs for every node of every cycle.
+func (s *store) expireDue() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for node, e := range s.nodes {
+		if !e.expires.IsZero() && now.After(e.expires) {
+			s.expire(node)
+		}
+	}
+}
+
+// sweepInterval is how often expireDue runs: a tenth of the timeout, at
+// most every 10 s.
+func sweepInterval(timeout time.Duration) time.Duration {
+	return max(time.Second, min(10*time.Second, timeout/10))
 }
 
 // viewOrWhy is the view, or nil and why the node has no usable object.
@@ -242,7 +256,7 @@ func (s *store) rebuild(node string) {
 		}
 	}
 	defer func() {
-		p := &published{view: e.view, why: e.err, expires: e.expires}
+		p := &published{view: e.view, why: e.err}
 		if v := e.view; v != nil {
 			p.gpus, p.stale = len(v.c.GPUs), v.stale
 			p.answered = min(len(v.answers), maxCommonGPUs)
@@ -379,6 +393,18 @@ func newInformerCache(ctx context.Context, h fwk.Handle, args *Args) (*informerC
 			return nil, fmt.Errorf("NodeResourceTopology informer (%v) did not sync", typ)
 		}
 	}
+	go func() {
+		tick := time.NewTicker(sweepInterval(args.ReservationTimeout.Duration))
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				c.expireDue()
+			}
+		}
+	}()
 	return c, nil
 }
 

@@ -239,6 +239,10 @@ func TestReserveNeverDoubleBooks(t *testing.T) {
 
 	// A reservation the object never confirms expires.
 	st.now = func() time.Time { return time.Now().Add(time.Hour) }
+	if v, _ := st.View("n"); !v.stale {
+		t.Error("reservation dropped before the sweep")
+	}
+	st.expireDue()
 	if v, _ := st.View("n"); v.stale {
 		t.Error("reservations older than the timeout are still held")
 	}
@@ -549,5 +553,17 @@ func TestPrecomputedAnswers(t *testing.T) {
 	cycle, _ := preFilter(t, pl, p, nodeInfo("big", 16))
 	if s, _ := getState(cycle); s.req.common {
 		t.Error("a pod with its own max level counted as common")
+	}
+}
+
+func TestSweepInterval(t *testing.T) {
+	for timeout, want := range map[time.Duration]time.Duration{
+		2 * time.Minute:  10 * time.Second,
+		30 * time.Second: 3 * time.Second,
+		time.Second:      time.Second,
+	} {
+		if got := sweepInterval(timeout); got != want {
+			t.Errorf("sweepInterval(%s) = %s, want %s", timeout, got, want)
+		}
 	}
 }
