@@ -34,7 +34,9 @@ Without --cluster and --workload it uses a default mix of real machines
 (HGX H100, DGX A100, Azure NDv2, a shape with NIC-less switches, an H20 with
 SR-IOV VFs) and a workload whose GPU load rises from 30% to 90%.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmdContext(), cmd.OutOrStdout(), cmd.ErrOrStderr()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmdContext(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.cluster, "cluster", "", "cluster spec YAML (pools of count x machine, ncclXML or sysfs)")
