@@ -1,0 +1,52 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestSimulateRefusesBadInput: bad flags and specs fail before any control
+// plane starts, with errors that name the file, line and field.
+func TestSimulateRefusesBadInput(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	badCluster := write("cluster.yaml", "pools:\n- name: h\n  count: -2\n  machine: half-nics\n")
+	badWorkload := write("workload.yaml", "jobs: 4\nload: {from: 0.2, to: 3}\n")
+	noVFs := write("novf.yaml", "pools:\n- {name: h, count: 1, machine: half-nics}\n")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"simulate", "-o", "xml"}, `--output "xml": want text or json`},
+		{[]string{"simulate", "--cluster", badCluster}, badCluster + ":3: pools[0].count: -2: want a positive number of nodes"},
+		{[]string{"simulate", "--workload", badWorkload}, badWorkload + ":2: load.to: 3: want a GPU load in (0, 1]"},
+		{[]string{"simulate", "--cluster", filepath.Join(dir, "absent.yaml")}, "absent.yaml: no such file"},
+		{[]string{"simulate", "--cluster", noVFs}, "vfShare 0.1, but no node of the cluster has SR-IOV VFs"},
+		{[]string{"bench", "--nodes", "0"}, "--nodes and --pods must be positive"},
+		{[]string{"bench", "-o", "yaml"}, `--output "yaml": want text or json`},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			cmd := newRootCommand()
+			var out, errOut bytes.Buffer
+			cmd.SetOut(&out)
+			cmd.SetErr(&errOut)
+			cmd.SetArgs(tc.args)
+			err := cmd.Execute()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error = %v, want %q", err, tc.want)
+			}
+			if out.Len() > 0 {
+				t.Errorf("printed a report: %s", out.String())
+			}
+		})
+	}
+}
