@@ -517,9 +517,9 @@ func TestPrecomputedAnswers(t *testing.T) {
 					if rdma && v.answers[g].feasible != v.feasible(req, levelIndex(req.maxLevel)) {
 						t.Errorf("%s, %s, %d GPUs: precomputed feasible %v", strategy, o.Name, g, v.answers[g].feasible)
 					}
-					want, got := pl.nodeScore(v, req), v.answers[g].plain
+					want, got := pl.nodeScore(v, req), int64(v.answers[g].plain)
 					if rdma {
-						got = v.answers[g].score
+						got = int64(v.answers[g].score)
 					}
 					if got != want {
 						t.Errorf("%s, %s, %d GPUs, rdma %v: precomputed score %d, search %d", strategy, o.Name, g, rdma, got, want)

@@ -29,9 +29,9 @@ func (pl *NICAffinity) Score(_ context.Context, cycle fwk.CycleState, _ *v1.Pod,
 	req := &s.req
 	if req.common && req.gpus < pub.answered {
 		if req.rdma {
-			return pub.common[req.gpus].score, nil
+			return int64(pub.common[req.gpus].score), nil
 		}
-		return pub.common[req.gpus].plain, nil
+		return int64(pub.common[req.gpus].plain), nil
 	}
 	return pl.nodeScore(pub.view, req), nil
 }
@@ -48,9 +48,9 @@ func (pl *NICAffinity) precompute(v *nodeView) {
 	li := levelIndex(req.maxLevel)
 	for g := 1; g < n; g++ {
 		req.gpus, req.rdma = g, true
-		v.answers[g] = answer{feasible: v.feasible(&req, li), score: pl.nodeScore(v, &req)}
+		v.answers[g] = answer{feasible: v.feasible(&req, li), score: uint8(pl.nodeScore(v, &req))}
 		req.rdma = false
-		v.answers[g].plain = pl.nodeScore(v, &req)
+		v.answers[g].plain = uint8(pl.nodeScore(v, &req))
 	}
 }
 

@@ -44,8 +44,9 @@ type nodeView struct {
 // view: with RDMA, whether it fits and its score; without, its score.
 type answer struct {
 	feasible bool
-	score    int64
-	plain    int64
+	// Scores are 0..MaxNodeScore (100): a byte each keeps a node's answers
+	// in one cache line.
+	score, plain uint8
 }
 
 // levelIndex is l's index in topology.Levels (PIX 0 ... SYS 4).
