@@ -17,10 +17,9 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
-	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt/nrttest"
 	"github.com/nicaffinity/nicaffinity/pkg/plugins/nicaffinity"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
@@ -118,33 +117,17 @@ func object(b *testing.B, build func(*sysfstest.Tree), used ...int) *v1alpha2.No
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	tree := sysfstest.New(dir)
-	build(tree)
-	if err := tree.Err(); err != nil {
-		b.Fatal(err)
-	}
-	topo, err := sysfs.New(sysfs.WithRoot(tree.Root)).Discover()
+	topo, err := sysfstest.Discover(dir, build)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var snap podresources.Snapshot
-	holder := podresources.Pod{Namespace: "other", Name: "holder"}
-	for i, g := range topo.GPUs {
-		d := podresources.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address}
-		snap.Allocatable = append(snap.Allocatable, d)
-		for _, u := range used {
-			if u == i {
-				holder.Devices = append(holder.Devices, d)
-			}
-		}
-	}
+	var vfs []podresources.Device
 	for _, nic := range topo.NICs {
 		for _, vf := range nic.VFs {
-			snap.Allocatable = append(snap.Allocatable, podresources.Device{Resource: sriov, ID: vf})
+			vfs = append(vfs, podresources.Device{Resource: sriov, ID: vf})
 		}
 	}
-	snap.Pods = []podresources.Pod{holder}
-	obj, problems := nrt.Build(nrt.Input{Node: "node", Topology: topo, Snapshot: snap, Resources: nrt.DefaultResources()})
+	obj, problems := nrttest.FromTopology("node", topo, vfs, used...)
 	if len(problems) > 0 {
 		b.Fatal(problems)
 	}

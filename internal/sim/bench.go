@@ -25,7 +25,6 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/schedulertest"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
@@ -202,12 +201,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // populate creates n GPU nodes with the HGX H100 shape's object.
 func populate(ctx context.Context, cp *controlplane.ControlPlane, n int, dir string, progress io.Writer) error {
-	tree := sysfstest.New(dir)
-	sysfstest.HGXH100(tree)
-	if err := tree.Err(); err != nil {
-		return err
-	}
-	topo, err := discovery.Host{SysfsRoot: tree.Root, NVMLMode: discovery.NVMLOff}.Discover()
+	topo, err := sysfstest.Discover(dir, sysfstest.HGXH100)
 	if err != nil {
 		return err
 	}

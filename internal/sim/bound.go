@@ -37,7 +37,7 @@ func offlineBound(jobs []job, nodes []nodeInfo) Bound {
 	var b Bound
 	capacity := 0
 	for _, n := range nodes {
-		capacity += n.alignedCount(false)
+		capacity += n.alignedCount()
 	}
 	var alignable []job
 	for _, j := range jobs {
@@ -46,7 +46,7 @@ func offlineBound(jobs []job, nodes []nodeInfo) Bound {
 		}
 		b.RDMAJobs++
 		for _, n := range nodes {
-			if (!j.VF && n.alignedCount(false) >= j.GPUs) || (j.VF && n.VFGroup >= j.GPUs) {
+			if (!j.VF && n.alignedCount() >= j.GPUs) || (j.VF && n.VFGroup >= j.GPUs) {
 				alignable = append(alignable, j)
 				break
 			}

@@ -23,7 +23,6 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/runenv"
 	"github.com/nicaffinity/nicaffinity/internal/schedulertest"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
@@ -57,12 +56,7 @@ func Prepare(c ClusterSpec, w WorkloadSpec) (*Plan, error) {
 		}
 		topo := spec.Topology
 		if spec.Machine != nil {
-			tree := sysfstest.New(fmt.Sprintf("%s/%d", dir, i))
-			spec.Machine(tree)
-			if err := tree.Err(); err != nil {
-				return nil, fmt.Errorf("pool %s: %w", pool.Name, err)
-			}
-			if topo, err = (discovery.Host{SysfsRoot: tree.Root, NVMLMode: discovery.NVMLOff}).Discover(); err != nil {
+			if topo, err = sysfstest.Discover(fmt.Sprintf("%s/%d", dir, i), spec.Machine); err != nil {
 				return nil, fmt.Errorf("pool %s: %w", pool.Name, err)
 			}
 		}
@@ -94,7 +88,7 @@ func (p *Plan) GPUs() int {
 func (p *Plan) AlignedGPUs() int {
 	n := 0
 	for _, i := range p.info {
-		n += i.alignedCount(false)
+		n += i.alignedCount()
 	}
 	return n
 }

@@ -233,10 +233,11 @@ func ParseCluster(file string, b []byte) (ClusterSpec, error) {
 				*path = filepath.Join(dir, *path)
 			}
 		}
-		field := map[bool]string{true: "machine"}[p.Machine != ""]
-		if p.NCCLXML != "" {
+		field := "machine"
+		switch {
+		case p.NCCLXML != "":
 			field = "ncclXML"
-		} else if p.Sysfs != "" {
+		case p.Sysfs != "":
 			field = "sysfs"
 		}
 		if _, err := p.node(); err != nil {
@@ -433,14 +434,12 @@ func (w WorkloadSpec) check(nodes []nodeInfo) error {
 }
 
 // nodeInfo is what the accounting needs of a node: its GPUs' bus IDs in
-// position order and which of them sit at PIX/PXB to an RDMA NIC (and to
-// one with VFs).
+// position order and which of them sit at PIX/PXB to an RDMA NIC.
 type nodeInfo struct {
-	Name      string
-	GPUs      []string
-	Aligned   []bool
-	AlignedVF []bool
-	VFNICs    int
+	Name    string
+	GPUs    []string
+	Aligned []bool
+	VFNICs  int
 	// VFGroup is the most GPUs at PIX/PXB to one NIC with VFs: a pod with
 	// one VF uses one NIC, so that is the largest VF job that can align.
 	VFGroup int
@@ -462,25 +461,20 @@ func describe(name string, t *topology.Topology) nodeInfo {
 	}
 	for _, g := range t.GPUs {
 		n.GPUs = append(n.GPUs, g.PCI.Address)
-		aligned, alignedVF := false, false
+		aligned := false
 		for _, nic := range t.NICs {
-			if nic.PhysFn != "" || !t.PCILevel(g.PCI, nic.PCI).GPUDirectCapable() {
-				continue
-			}
-			aligned = true
-			alignedVF = alignedVF || len(nic.VFs) > 0
+			aligned = aligned || (nic.PhysFn == "" && t.PCILevel(g.PCI, nic.PCI).GPUDirectCapable())
 		}
 		n.Aligned = append(n.Aligned, aligned)
-		n.AlignedVF = append(n.AlignedVF, alignedVF)
 	}
 	return n
 }
 
-// alignedCount is how many of the node's GPUs (of one kind) are aligned.
-func (n nodeInfo) alignedCount(vf bool) int {
+// alignedCount is how many of the node's GPUs are aligned.
+func (n nodeInfo) alignedCount() int {
 	c := 0
-	for i := range n.GPUs {
-		if (vf && n.AlignedVF[i]) || (!vf && n.Aligned[i]) {
+	for _, a := range n.Aligned {
+		if a {
 			c++
 		}
 	}

@@ -189,7 +189,7 @@ func timeline(recs []*record, nodes map[string]nodeInfo, end time.Duration) ([]S
 	var f Frag
 	totalAligned := 0
 	for _, n := range nodes {
-		totalAligned += n.alignedCount(false)
+		totalAligned += n.alignedCount()
 	}
 	step := timelineStep(end)
 	nextSample := time.Duration(0)

@@ -19,7 +19,6 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
@@ -39,12 +38,8 @@ func TestExporterBinary(t *testing.T) {
 	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	tree := sysfstest.New(filepath.Join(dir, "sys"))
-	sysfstest.HGXH100(tree)
-	if err := tree.Err(); err != nil {
-		t.Fatal(err)
-	}
-	topo, err := discovery.Host{SysfsRoot: tree.Root, NVMLMode: discovery.NVMLOff}.Discover()
+	sysRoot := filepath.Join(dir, "sys")
+	topo, err := sysfstest.Discover(sysRoot, sysfstest.HGXH100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +62,7 @@ func TestExporterBinary(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--node-name="+node, "--sysfs-root="+tree.Root, "--podresources-socket="+kubelet.Socket,
+	cmd := exec.CommandContext(ctx, bin, "--node-name="+node, "--sysfs-root="+sysRoot, "--podresources-socket="+kubelet.Socket,
 		"--kubeconfig="+kubeconfig, "--metrics-bind-address="+metricsAddr, "--nvml=off", "--kubelet-config="+filepath.Join(dir, "none"), "-v=1")
 	cmd.Stderr = &prefixWriter{t: t}
 	cmd.Env = append(os.Environ(), os.Getenv("EXPORTER_ENV"))

@@ -18,7 +18,6 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt/nrttest"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
@@ -131,12 +130,7 @@ func TestSchedulerPlacesNextToNICs(t *testing.T) {
 	t.Logf("FailedScheduling: %s", msg)
 
 	// An HGX H100 node joins (every GPU PIX to a NIC): the pod goes there.
-	tree := sysfstest.New(t.TempDir())
-	sysfstest.HGXH100(tree)
-	if err := tree.Err(); err != nil {
-		t.Fatal(err)
-	}
-	topo, err := discovery.Host{SysfsRoot: tree.Root, NVMLMode: discovery.NVMLOff}.Discover()
+	topo, err := sysfstest.Discover(t.TempDir(), sysfstest.HGXH100)
 	if err != nil {
 		t.Fatal(err)
 	}

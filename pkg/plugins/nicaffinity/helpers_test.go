@@ -15,7 +15,6 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/nrt/nrttest"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
@@ -23,12 +22,7 @@ import (
 // with the GPUs at positions used taken by a pod.
 func machineNRT(t testing.TB, node string, build func(*sysfstest.Tree), used ...int) *v1alpha2.NodeResourceTopology {
 	t.Helper()
-	tree := sysfstest.New(t.TempDir())
-	build(tree)
-	if err := tree.Err(); err != nil {
-		t.Fatal(err)
-	}
-	topo, err := sysfs.New(sysfs.WithRoot(tree.Root)).Discover()
+	topo, err := sysfstest.Discover(t.TempDir(), build)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,19 +30,7 @@ func machineNRT(t testing.TB, node string, build func(*sysfstest.Tree), used ...
 }
 
 func buildNRT(node string, topo *topology.Topology, extra []podresources.Device, used ...int) *v1alpha2.NodeResourceTopology {
-	snap := podresources.Snapshot{Allocatable: extra}
-	holder := podresources.Pod{Namespace: "other", Name: "holder"}
-	for i, g := range topo.GPUs {
-		d := podresources.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address}
-		snap.Allocatable = append(snap.Allocatable, d)
-		for _, u := range used {
-			if u == i {
-				holder.Devices = append(holder.Devices, d)
-			}
-		}
-	}
-	snap.Pods = []podresources.Pod{holder}
-	obj, _ := nrt.Build(nrt.Input{Node: node, Topology: topo, Snapshot: snap, Resources: nrt.DefaultResources()})
+	obj, _ := nrttest.FromTopology(node, topo, extra, used...)
 	obj.Generation = 7
 	return obj
 }

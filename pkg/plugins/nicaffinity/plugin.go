@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 )
 
@@ -71,6 +72,9 @@ type NICAffinity struct {
 	args   *Args
 	cache  Cache
 	score  scorer
+	// defaults is the request a pod makes without annotations (level and
+	// policy from args, parsed once); pods that keep them are "common".
+	defaults request
 }
 
 // Name returns Name.
@@ -95,7 +99,8 @@ func NewWithCache(args *Args, h fwk.Handle, cache Cache) (*NICAffinity, error) {
 	if errs := args.Validate(); len(errs) > 0 {
 		return nil, fmt.Errorf("%s args: %w", Name, errs.ToAggregate())
 	}
-	pl := &NICAffinity{handle: h, args: args, cache: cache, score: strategies[args.ScoringStrategy.Type]}
+	pl := &NICAffinity{handle: h, args: args, cache: cache, score: strategies[args.ScoringStrategy.Type],
+		defaults: request{maxLevel: args.maxLevel(), required: args.DefaultPolicy == annotations.PolicyRequired, common: true}}
 	if c, ok := cache.(interface{ setPrecompute(func(*nodeView)) }); ok {
 		c.setPrecompute(pl.precompute)
 	}

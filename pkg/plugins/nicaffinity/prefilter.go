@@ -42,7 +42,7 @@ func (pl *NICAffinity) podRequest(pod *v1.Pod) (*request, bool, error) {
 	if gpus.Value() <= 0 {
 		return nil, false, nil
 	}
-	req := &request{gpus: int(gpus.Value()), maxLevel: pl.args.maxLevel(), required: pl.args.DefaultPolicy == annotations.PolicyRequired}
+	req := &request{gpus: int(gpus.Value()), maxLevel: pl.defaults.maxLevel, required: pl.defaults.required}
 	for name, q := range reqs {
 		if q.Value() <= 0 {
 			continue
@@ -77,7 +77,7 @@ func (pl *NICAffinity) podRequest(pod *v1.Pod) (*request, bool, error) {
 		}
 		req.required = p == annotations.PolicyRequired
 	}
-	req.common = len(req.vfs) == 0 && req.maxLevel == pl.args.maxLevel() && req.required == (pl.args.DefaultPolicy == annotations.PolicyRequired)
+	req.common = len(req.vfs) == 0 && req.maxLevel == pl.defaults.maxLevel && req.required == pl.defaults.required
 	return req, true, nil
 }
 

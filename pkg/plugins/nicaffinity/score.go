@@ -6,8 +6,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
-	"github.com/nicaffinity/nicaffinity/pkg/annotations"
-
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -44,7 +42,7 @@ func (pl *NICAffinity) precompute(v *nodeView) {
 		return
 	}
 	v.answers = make([]answer, n)
-	req := request{maxLevel: pl.args.maxLevel(), required: pl.args.DefaultPolicy == annotations.PolicyRequired, common: true}
+	req := pl.defaults
 	li := levelIndex(req.maxLevel)
 	for g := 1; g < n; g++ {
 		req.gpus, req.rdma = g, true

@@ -8,6 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
 )
 
 // Common vendor and device IDs for fixtures.
@@ -169,4 +172,15 @@ func (t *Tree) SRIOV(pfPath string, total int, vfPaths ...string) {
 		t.Symlink(fmt.Sprintf("devices/%s/virtfn%d", pfPath, i), "devices/"+vf)
 		t.Symlink("devices/"+vf+"/physfn", "devices/"+pfPath)
 	}
+}
+
+// Discover builds a machine's tree under dir and reads it back with the
+// sysfs reader: the machine's topology as discovery would see it.
+func Discover(dir string, build func(*Tree)) (*topology.Topology, error) {
+	t := New(dir)
+	build(t)
+	if err := t.Err(); err != nil {
+		return nil, err
+	}
+	return sysfs.New(sysfs.WithRoot(dir)).Discover()
 }
