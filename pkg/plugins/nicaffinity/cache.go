@@ -34,7 +34,7 @@ type Cache interface {
 	// View returns the node's view, or nil and why the node has no usable object.
 	View(node string) (*nodeView, string)
 	// lookup is View for the hot path: what was published for the node.
-	lookup(node string) *published
+	lookup(node string) hotView
 	// Reserve holds GPUs and VFs (per NIC index, per resource) for a pod.
 	Reserve(node string, pod types.UID, gpus nrt.GPUSet, vfs map[int]map[string]int64)
 	// Unreserve drops the pod's reservation.
@@ -76,23 +76,10 @@ type store struct {
 }
 
 // published is what View hands out for a node, replaced whole by rebuild.
-// Filter and Score read it for every node of every cycle: what their common
-// path needs is copied in (GPU count, staleness, the precomputed answers),
-// so that path reads this one object after the map, not a chain of
-// pointers; at thousands of nodes each hop is a cache miss.
 type published struct {
-	view  *nodeView
-	why   string
-	gpus  int
-	stale bool
-	// common[g] for g < answered are the view's precomputed answers.
-	answered int
-	common   [maxCommonGPUs]answer
+	view *nodeView
+	why  string
 }
-
-// maxCommonGPUs bounds the precomputed answers kept inline (requests of up
-// to 15 GPUs); larger requests search.
-const maxCommonGPUs = 16
 
 // NewStaticCache is a cache over fixed objects, with no informers: for
 // benchmarks and tools that run the plugin outside a scheduler. Nothing
@@ -124,9 +111,9 @@ func (s *store) View(node string) (*nodeView, string) {
 	return s.lookup(node).viewOrWhy()
 }
 
-// lookup implements Cache: the node's published view, nil if none was ever
-// published.
-func (s *store) lookup(node string) *published {
+// lookup implements Cache: the node's published view (pub nil if none was
+// ever published).
+func (s *store) lookup(node string) hotView {
 	return s.views.load(node)
 }
 
@@ -246,13 +233,7 @@ func (s *store) rebuild(node string) {
 		}
 	}
 	defer func() {
-		p := &published{view: e.view, why: e.err}
-		if v := e.view; v != nil {
-			p.gpus, p.stale = len(v.c.GPUs), v.stale
-			p.answered = min(len(v.answers), maxCommonGPUs)
-			copy(p.common[:], v.answers[:p.answered])
-		}
-		s.publish(node, p)
+		s.views.store(node, makeHotView(&published{view: e.view, why: e.err}))
 	}()
 	if e.compiled == nil {
 		e.view = nil
@@ -283,9 +264,6 @@ func (s *store) rebuild(node string) {
 	}
 	e.view = v
 }
-
-// publish swaps in a node's view; the caller holds s.mu.
-func (s *store) publish(node string, p *published) { s.views.store(node, p) }
 
 // setPrecompute installs the plugin's answers and rebuilds the views made
 // before it.

@@ -25,23 +25,28 @@ func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod
 	if !req.rdma || !req.required {
 		return nil // only scored: every node passes
 	}
-	pub := pl.cache.lookup(nodeInfo.Node().Name)
-	v, why := pub.viewOrWhy()
+	// The common case passes on what the index holds inline; everything
+	// else, rejections included, reads the view.
+	hot := pl.cache.lookup(nodeInfo.Node().Name)
+	if req.common && req.gpus < hot.answered() && hot.feasible(req.gpus) && (!hot.stale() || pl.args.StaleTopology != StaleReject) {
+		return nil
+	}
+	v, why := hot.viewOrWhy()
 	if v == nil {
 		if pl.args.MissingTopology == MissingIgnore {
 			return nil
 		}
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
 	}
-	if req.gpus >= pub.gpus {
+	if req.gpus >= len(v.c.GPUs) {
 		return nil
 	}
-	if pub.stale && pl.args.StaleTopology == StaleReject {
+	if v.stale && pl.args.StaleTopology == StaleReject {
 		return fwk.NewStatus(fwk.Unschedulable, "NodeResourceTopology has not caught up with pods placed on this node yet")
 	}
 	li := levelIndex(req.maxLevel)
-	if req.common && req.gpus < pub.answered {
-		if pub.common[req.gpus].feasible {
+	if req.common && req.gpus < len(v.answers) {
+		if v.answers[req.gpus].feasible {
 			return nil
 		}
 	} else if v.feasible(req, li) {

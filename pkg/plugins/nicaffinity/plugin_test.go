@@ -508,8 +508,14 @@ func TestPrecomputedAnswers(t *testing.T) {
 			if len(v.answers) != len(v.c.GPUs) {
 				t.Fatalf("%s: %d answers for %d GPUs", o.Name, len(v.answers), len(v.c.GPUs))
 			}
-			if pub := st.lookup(o.Name); pub.answered != len(v.c.GPUs) || pub.gpus != len(v.c.GPUs) || pub.common[1] != v.answers[1] {
-				t.Fatalf("%s: published %d answers for %d GPUs", o.Name, pub.answered, pub.gpus)
+			hot := st.lookup(o.Name)
+			if hot.answered() != min(len(v.c.GPUs), maxInlineGPUs) || hot.gpus() != len(v.c.GPUs) {
+				t.Fatalf("%s: published %d answers for %d GPUs", o.Name, hot.answered(), hot.gpus())
+			}
+			for g := 0; g < hot.answered(); g++ {
+				if a := v.answers[g]; hot.feasible(g) != a.feasible || hot.scoreOf(g) != int64(a.score) || hot.plainOf(g) != int64(a.plain) {
+					t.Errorf("%s: %d GPUs: published %v/%d/%d, view %+v", o.Name, g, hot.feasible(g), hot.scoreOf(g), hot.plainOf(g), a)
+				}
 			}
 			for g := 1; g < len(v.c.GPUs); g++ {
 				for _, rdma := range []bool{true, false} {
@@ -553,6 +559,57 @@ func TestPrecomputedAnswers(t *testing.T) {
 	cycle, _ := preFilter(t, pl, p, nodeInfo("big", 16))
 	if s, _ := getState(cycle); s.req.common {
 		t.Error("a pod with its own max level counted as common")
+	}
+}
+
+// sixteenGPUs is HalfNICs doubled: eight switches of two GPUs, a NIC on
+// every other switch (GPUs 2,3, 6,7, 10,11, 14,15 have one).
+func sixteenGPUs(t *sysfstest.Tree) {
+	t.NUMANode(0, "0-63")
+	for sw := 0; sw < 8; sw++ {
+		b := 0x10 + 0x10*sw
+		path := fmt.Sprintf("pci0000:00/0000:00:%02x.0/0000:%02x:00.0", sw+1, b)
+		for i := 0; i < 2; i++ {
+			t.GPU(fmt.Sprintf("%s/0000:%02x:%02x.0/0000:%02x:00.0", path, b+1, i, b+2+i), 0, "0-63")
+		}
+		if sw%2 == 1 {
+			t.NIC(fmt.Sprintf("%s/0000:%02x:08.0/0000:%02x:00.0", path, b+1, b+8), fmt.Sprint("mlx5_", sw/2), 0)
+		}
+	}
+}
+
+// TestAnswersBeyondTheIndex: a 16-GPU node's answers for 8 or more GPUs do
+// not fit in the index's slot; Filter and Score read them from the view and
+// still agree with the search.
+func TestAnswersBeyondTheIndex(t *testing.T) {
+	obj := machineNRT(t, "big", sixteenGPUs, 0, 2)
+	pl, st := newTestPlugin(t, nil, obj)
+	v, _ := st.View("big")
+	if len(v.c.GPUs) != 16 || len(v.answers) != 16 {
+		t.Fatalf("%d GPUs, %d answers, want 16 and 16", len(v.c.GPUs), len(v.answers))
+	}
+	if hot := st.lookup("big"); hot.answered() != maxInlineGPUs || hot.gpus() != 16 {
+		t.Fatalf("index holds %d answers for %d GPUs, want %d for 16", hot.answered(), hot.gpus(), maxInlineGPUs)
+	}
+	feasible := 0
+	for g := 1; g < 16; g++ {
+		p := makePod("p", int64(g), nil, rdma, "1")
+		cycle, _ := preFilter(t, pl, p, nodeInfo("big", 16), nodeInfo("bigger", 32))
+		req := &request{gpus: g, rdma: true, maxLevel: pl.args.maxLevel(), required: true}
+		want := v.feasible(req, levelIndex(req.maxLevel))
+		if f := pl.Filter(t.Context(), cycle, p, nodeInfo("big", 16)); f.IsSuccess() != want {
+			t.Errorf("%d GPUs: Filter %v, search says feasible %v", g, f, want)
+		}
+		if got, _ := pl.Score(t.Context(), cycle, p, nodeInfo("big", 16)); got != pl.nodeScore(v, req) {
+			t.Errorf("%d GPUs: Score %d, search %d", g, got, pl.nodeScore(v, req))
+		}
+		if want {
+			feasible++
+		}
+	}
+	// GPUs 2,3,6,7,10,11,14,15 have a NIC and 2 is taken: 7 aligned free.
+	if feasible != 7 {
+		t.Errorf("%d request sizes fit, want 7 (1 to 7 GPUs)", feasible)
 	}
 }
 

@@ -20,18 +20,25 @@ func (pl *NICAffinity) Score(_ context.Context, cycle fwk.CycleState, _ *v1.Pod,
 	if s == nil {
 		return 0, nil // skipped pod: every node alike
 	}
-	pub := pl.cache.lookup(nodeInfo.Node().Name)
-	if pub == nil || pub.view == nil {
+	hot := pl.cache.lookup(nodeInfo.Node().Name)
+	if !hot.hasView() {
 		return 0, nil
 	}
 	req := &s.req
-	if req.common && req.gpus < pub.answered {
+	if req.common && req.gpus < hot.answered() {
 		if req.rdma {
-			return int64(pub.common[req.gpus].score), nil
+			return hot.scoreOf(req.gpus), nil
 		}
-		return int64(pub.common[req.gpus].plain), nil
+		return hot.plainOf(req.gpus), nil
 	}
-	return pl.nodeScore(pub.view, req), nil
+	v := hot.pub.view
+	if req.common && req.gpus < len(v.answers) {
+		if req.rdma {
+			return int64(v.answers[req.gpus].score), nil
+		}
+		return int64(v.answers[req.gpus].plain), nil
+	}
+	return pl.nodeScore(v, req), nil
 }
 
 // precompute fills a new view's answers for common requests of 1 to

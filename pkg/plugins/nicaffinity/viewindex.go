@@ -1,99 +1,207 @@
 package nicaffinity
 
 import (
+	"hash/maphash"
+	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 )
 
 // viewIndex finds a node's published view by name. Filter and Score ask it
-// for every node of every cycle from many goroutines, so reading takes no
-// lock and touches little memory: a snapshot maps names (packed into one
-// string) to positions in one slice of atomic pointers, small enough to
-// stay in the CPU's caches at thousands of nodes (a map of names to
-// pointers, with names and cells scattered over the heap, cost about 250 ns
-// a lookup at 5000 nodes, most of it cache misses). A node's view is
-// swapped in its cell; nodes that appear after the snapshot was built go to
-// the snapshot's small overflow map until enough of them are folded into a
-// new snapshot, so growing to n nodes copies O(n) names, not O(n^2).
+// for every node of every cycle from many goroutines, and at thousands of
+// nodes what that costs is cache misses, not arithmetic: a Go map of names
+// to cells to views took five dependent loads a lookup (map control word,
+// slot, name bytes, cell, view), most of them misses under a busy
+// scheduler at 5000 nodes. So the index is a small open-addressing table
+// of (hash fingerprint, slot) words, which stays in the CPU's caches, over
+// one dense slice of slots that each hold the name (its first bytes inline)
+// and, inline too, what the common path of Filter and Score reads
+// (hotView): a lookup touches one slot.
+//
+// Reads take no lock. A writer (holding the store's lock) fills a new slot
+// before it stores the index word that points to it, and updates a slot
+// under a sequence counter, so a reader sees one whole version of a node.
+// The table doubles when full; a reader still on the old table sees the
+// views it held a moment before. Names are never removed: a deleted node's
+// slot stays with an empty view.
 type viewIndex struct {
-	cur atomic.Pointer[indexSnapshot]
-	// recent is the writer's side of cur's overflow (under the store's lock).
-	recent map[string]*atomic.Pointer[published]
+	cur   atomic.Pointer[viewTable]
+	count int // slots used in cur (under the store's lock)
 }
 
-type indexSnapshot struct {
-	ids   map[string]int32
-	slots []atomic.Pointer[published]
-	// overflow holds the cells of nodes added since this snapshot; a reader
-	// that still holds an older snapshot keeps seeing that one's overflow.
-	overflow *sync.Map
+type viewTable struct {
+	seed maphash.Seed
+	mask uint64
+	// index words are 0 (empty) or the name hash's top 32 bits << 32 |
+	// slot+1; there are twice as many as slots.
+	index []atomic.Uint64
+	slots []viewSlot
 }
 
-// load is the node's published view, or nil.
-func (x *viewIndex) load(node string) *published {
-	snap := x.cur.Load()
-	if snap == nil {
-		return nil
+// viewSlot is one node, two cache lines: the view words in the first, the
+// name in both.
+type viewSlot struct {
+	seq    atomic.Uint64 // odd while a writer updates pub and hot
+	pub    atomic.Pointer[published]
+	hot    [3]atomic.Uint64
+	name   string // set before the slot is indexed, never changed after
+	inline [64]byte
+	_      [8]byte
+}
+
+// is reports whether the slot holds node, reading the heap copy of the
+// name only for names longer than the inline bytes.
+func (s *viewSlot) is(node string) bool {
+	if len(s.name) != len(node) {
+		return false
 	}
-	if i, ok := snap.ids[node]; ok {
-		return snap.slots[i].Load()
+	if len(node) <= len(s.inline) {
+		return string(s.inline[:len(node)]) == node
 	}
-	if cell, ok := snap.overflow.Load(node); ok {
-		return cell.(*atomic.Pointer[published]).Load()
+	return s.name == node
+}
+
+// hotView is a node's view as Filter's and Score's common path reads it,
+// packed into three words: whether there is a view, staleness, the GPU
+// count, and the precomputed answers for common requests of up to
+// maxInlineGPUs-1 GPUs. pub has the rest.
+type hotView struct {
+	pub *published
+	// meta: bit 0 has a view, bit 1 stale, bits 8-15 GPUs, bits 16-23
+	// answered, bits 32-47 feasible[g].
+	meta uint64
+	// score and plain hold byte g of answers[g].score and .plain.
+	score, plain uint64
+}
+
+// maxInlineGPUs is how many answers hotView holds (requests of 1 to 7
+// GPUs); larger requests read the view's answers.
+const maxInlineGPUs = 8
+
+func makeHotView(p *published) hotView {
+	h := hotView{pub: p}
+	v := p.view
+	if v == nil {
+		return h
 	}
-	return nil
+	h.meta = 1 | uint64(min(len(v.c.GPUs), 255))<<8
+	if v.stale {
+		h.meta |= 2
+	}
+	n := min(len(v.answers), maxInlineGPUs)
+	h.meta |= uint64(n) << 16
+	for g := 0; g < n; g++ {
+		a := v.answers[g]
+		if a.feasible {
+			h.meta |= 1 << (32 + g)
+		}
+		h.score |= uint64(a.score) << (8 * g)
+		h.plain |= uint64(a.plain) << (8 * g)
+	}
+	return h
+}
+
+func (h hotView) viewOrWhy() (*nodeView, string) { return h.pub.viewOrWhy() }
+func (h hotView) hasView() bool                  { return h.meta&1 != 0 }
+func (h hotView) stale() bool                    { return h.meta&2 != 0 }
+func (h hotView) gpus() int                      { return int(h.meta >> 8 & 0xff) }
+func (h hotView) answered() int                  { return int(h.meta >> 16 & 0xff) }
+func (h hotView) feasible(g int) bool {
+	return h.meta&(1<<(32+g)) != 0
+}
+func (h hotView) scoreOf(g int) int64 { return int64(h.score >> (8 * g) & 0xff) }
+func (h hotView) plainOf(g int) int64 { return int64(h.plain >> (8 * g) & 0xff) }
+
+// load is the node's view; pub is nil for a node never stored.
+func (x *viewIndex) load(node string) hotView {
+	t := x.cur.Load()
+	if t == nil {
+		return hotView{}
+	}
+	h := maphash.String(t.seed, node)
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		w := t.index[i].Load()
+		if w == 0 {
+			return hotView{}
+		}
+		if w>>32 == h>>32 {
+			if s := &t.slots[uint32(w)-1]; s.is(node) {
+				return s.read()
+			}
+		}
+	}
+}
+
+func (s *viewSlot) read() hotView {
+	for {
+		seq := s.seq.Load()
+		if seq&1 != 0 {
+			runtime.Gosched() // a writer is mid-update; it is never long
+			continue
+		}
+		h := hotView{pub: s.pub.Load(), meta: s.hot[0].Load(), score: s.hot[1].Load(), plain: s.hot[2].Load()}
+		if s.seq.Load() == seq {
+			return h
+		}
+	}
+}
+
+func (s *viewSlot) write(h hotView) {
+	s.seq.Add(1)
+	s.pub.Store(h.pub)
+	s.hot[0].Store(h.meta)
+	s.hot[1].Store(h.score)
+	s.hot[2].Store(h.plain)
+	s.seq.Add(1)
 }
 
 // store publishes a node's view; the caller holds the store's lock.
-func (x *viewIndex) store(node string, p *published) {
-	snap := x.cur.Load()
-	if snap == nil {
-		snap = &indexSnapshot{overflow: &sync.Map{}}
-		x.cur.Store(snap)
+func (x *viewIndex) store(node string, v hotView) {
+	t := x.cur.Load()
+	if t == nil {
+		t = x.grow(nil)
 	}
-	if i, ok := snap.ids[node]; ok {
-		snap.slots[i].Store(p)
+	h := maphash.String(t.seed, node)
+	i := h & t.mask
+	for w := t.index[i].Load(); w != 0; w = t.index[i].Load() {
+		if s := &t.slots[uint32(w)-1]; w>>32 == h>>32 && s.is(node) {
+			s.write(v)
+			return
+		}
+		i = (i + 1) & t.mask
+	}
+	if x.count == len(t.slots) {
+		x.grow(t)
+		x.store(node, v)
 		return
 	}
-	if cell, ok := x.recent[node]; ok {
-		cell.Store(p)
-		return
-	}
-	cell := &atomic.Pointer[published]{}
-	cell.Store(p)
-	if x.recent == nil {
-		x.recent = map[string]*atomic.Pointer[published]{}
-	}
-	x.recent[node] = cell
-	snap.overflow.Store(node, cell)
-	if len(x.recent) >= max(64, len(snap.ids)/8) {
-		x.compact(snap)
-	}
+	s := &t.slots[x.count]
+	s.name = strings.Clone(node)
+	copy(s.inline[:], node)
+	s.write(v)
+	x.count++
+	t.index[i].Store(h>>32<<32 | uint64(x.count))
 }
 
-// compact builds a new snapshot of every node.
-func (x *viewIndex) compact(old *indexSnapshot) {
-	names := make([]string, 0, len(old.ids)+len(x.recent))
-	views := make([]*published, 0, cap(names))
-	for name, i := range old.ids {
-		names, views = append(names, name), append(views, old.slots[i].Load())
+// grow builds a table of twice the size with every node of the old one and
+// swaps it in.
+func (x *viewIndex) grow(old *viewTable) *viewTable {
+	slots := 32
+	if old != nil {
+		slots = 2 * len(old.slots)
 	}
-	for name, cell := range x.recent {
-		names, views = append(names, name), append(views, cell.Load())
+	t := &viewTable{seed: maphash.MakeSeed(), mask: uint64(2*slots - 1), index: make([]atomic.Uint64, 2*slots), slots: make([]viewSlot, slots)}
+	for n := 0; old != nil && n < x.count; n++ {
+		from, to := &old.slots[n], &t.slots[n]
+		to.name, to.inline = from.name, from.inline
+		to.write(from.read())
+		h := maphash.String(t.seed, to.name)
+		i := h & t.mask
+		for t.index[i].Load() != 0 {
+			i = (i + 1) & t.mask
+		}
+		t.index[i].Store(h>>32<<32 | uint64(n+1))
 	}
-	var b strings.Builder
-	for _, n := range names {
-		b.WriteString(n)
-	}
-	packed := b.String()
-	snap := &indexSnapshot{ids: make(map[string]int32, len(names)), slots: make([]atomic.Pointer[published], len(names)), overflow: &sync.Map{}}
-	off := 0
-	for i, n := range names {
-		snap.ids[packed[off:off+len(n)]] = int32(i)
-		off += len(n)
-		snap.slots[i].Store(views[i])
-	}
-	x.cur.Store(snap)
-	x.recent = map[string]*atomic.Pointer[published]{}
+	x.cur.Store(t)
+	return t
 }

@@ -2,20 +2,28 @@ package nicaffinity
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 )
 
-// TestViewIndex grows an index to 3000 nodes (through several compactions)
-// while readers look nodes up, and checks every node finds its latest view
-// and unknown nodes find none (go test -race checks the readers).
+// TestViewIndex grows an index to 3000 nodes (through several doublings)
+// while readers look nodes up and writers keep replacing views, and checks
+// that a reader never sees half of one version and half of another (every
+// word of a version carries its number), that every node ends with its
+// latest view and that unknown nodes find none. go test -race checks the
+// readers against the writers.
 func TestViewIndex(t *testing.T) {
 	var x viewIndex
 	const n = 3000
-	views := make([]*published, n)
-	for i := range views {
-		views[i] = &published{gpus: i}
+	version := func(v uint64) hotView {
+		return hotView{pub: &published{why: fmt.Sprint(v)}, meta: v << 32, score: v, plain: v}
 	}
+	consistent := func(h hotView) bool {
+		return h.pub != nil && h.meta>>32 == h.score && h.score == h.plain && h.pub.why == fmt.Sprint(h.score)
+	}
+	var mu sync.Mutex // the store's lock: one writer at a time
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for r := 0; r < 4; r++ {
@@ -29,35 +37,116 @@ func TestViewIndex(t *testing.T) {
 				default:
 				}
 				for i := 0; i < n; i += 97 {
-					if p := x.load(fmt.Sprint("node-", i)); p != nil && p.gpus != i && p.gpus != i+n {
-						t.Errorf("node-%d: view of %d", i, p.gpus)
+					if h := x.load(fmt.Sprint("node-", i)); h.pub != nil && (!consistent(h) || h.score%n != uint64(i)) {
+						t.Errorf("node-%d: torn or foreign view %+v", i, h)
 						return
 					}
 				}
 			}
 		}()
 	}
+	wg.Add(1)
+	go func() { // rewrites the first nodes again and again while the table grows
+		defer wg.Done()
+		for round := uint64(1); ; round++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			mu.Lock()
+			for i := uint64(0); i < 50; i++ {
+				x.store(fmt.Sprint("node-", i), version(i+n*(10+round%5)))
+			}
+			mu.Unlock()
+		}
+	}()
 	for i := 0; i < n; i++ {
-		x.store(fmt.Sprint("node-", i), views[i])
-	}
-	for i := 0; i < n; i += 3 {
-		x.store(fmt.Sprint("node-", i), &published{gpus: i + n}) // a new view of a known node
+		mu.Lock()
+		x.store(fmt.Sprint("node-", i), version(uint64(i)))
+		mu.Unlock()
 	}
 	close(done)
 	wg.Wait()
-	if snap := x.cur.Load(); len(snap.ids) < n/2 {
-		t.Errorf("only %d of %d nodes compacted into the snapshot", len(snap.ids), n)
+	for i := 0; i < n; i += 3 {
+		x.store(fmt.Sprint("node-", i), version(uint64(i+n))) // a new view of a known node
+	}
+	if x.count != n {
+		t.Errorf("index counts %d nodes, want %d", x.count, n)
 	}
 	for i := 0; i < n; i++ {
-		want := i
-		if i%3 == 0 {
-			want = i + n
-		}
-		if p := x.load(fmt.Sprint("node-", i)); p == nil || p.gpus != want {
-			t.Fatalf("node-%d: %+v, want view %d", i, p, want)
+		h := x.load(fmt.Sprint("node-", i))
+		switch {
+		case i%3 == 0 && h.score != uint64(i+n):
+			t.Fatalf("node-%d: %+v, want its latest view %d", i, h, i+n)
+		case i%3 != 0 && i >= 50 && h.score != uint64(i):
+			t.Fatalf("node-%d: %+v, want view %d", i, h, i)
+		case !consistent(h):
+			t.Fatalf("node-%d: torn view %+v", i, h)
 		}
 	}
-	if p := x.load("node-x"); p != nil {
-		t.Errorf("unknown node found %+v", p)
+	if h := x.load("node-x"); h.pub != nil {
+		t.Errorf("unknown node found %+v", h)
+	}
+}
+
+// TestHotView: what the index keeps inline is the view's answers, bit for
+// bit, and a node without a view says so.
+func TestHotView(t *testing.T) {
+	_, st := newTestPlugin(t, nil, handNRT("n", 0, 1, 4, 5, 6))
+	v, _ := st.View("n")
+	h := makeHotView(&published{view: v})
+	if !h.hasView() || h.stale() || h.gpus() != 8 || h.answered() != 8 {
+		t.Fatalf("hot view %+v: has view %v, stale %v, %d GPUs, %d answered", h, h.hasView(), h.stale(), h.gpus(), h.answered())
+	}
+	for g := 0; g < 8; g++ {
+		a := v.answers[g]
+		if h.feasible(g) != a.feasible || h.scoreOf(g) != int64(a.score) || h.plainOf(g) != int64(a.plain) {
+			t.Errorf("%d GPUs: inline %v/%d/%d, view %+v", g, h.feasible(g), h.scoreOf(g), h.plainOf(g), a)
+		}
+	}
+	stale := *v
+	stale.stale = true
+	if h := makeHotView(&published{view: &stale}); !h.stale() {
+		t.Error("a stale view published as fresh")
+	}
+	for _, p := range []*published{nil, {why: "bad object"}} {
+		h := hotView{}
+		if p != nil {
+			h = makeHotView(p)
+		}
+		if h.hasView() || h.answered() != 0 {
+			t.Errorf("%+v: published as having a view", p)
+		}
+		if v, why := h.viewOrWhy(); v != nil || why == "" {
+			t.Errorf("%+v: viewOrWhy = %v, %q", p, v, why)
+		}
+	}
+}
+
+// TestViewIndexLongNames: names longer than a slot's inline bytes, and
+// names that share those bytes, are told apart by the whole name.
+func TestViewIndexLongNames(t *testing.T) {
+	if size := unsafe.Sizeof(viewSlot{}); size != 128 {
+		t.Errorf("a slot is %d bytes, want two cache lines (128)", size)
+	}
+	prefix := strings.Repeat("gpu-node.rack-17.zone-b.", 3)[:63]
+	var names []string
+	for _, tail := range []string{"", "a", "ab", "abc", strings.Repeat("x", 200), strings.Repeat("x", 199) + "y"} {
+		names = append(names, prefix+tail)
+	}
+	var x viewIndex
+	for i, n := range names {
+		x.store(n, hotView{pub: &published{why: n}, score: uint64(i)})
+	}
+	for i, n := range names {
+		if h := x.load(n); h.pub == nil || h.pub.why != n || h.score != uint64(i) {
+			t.Errorf("%d-byte name %d: found %+v", len(n), i, h)
+		}
+	}
+	for _, n := range []string{prefix + "b", prefix + strings.Repeat("x", 198) + "yy", prefix[:62]} {
+		if h := x.load(n); h.pub != nil {
+			t.Errorf("unknown %d-byte name found %q", len(n), h.pub.why)
+		}
 	}
 }
