@@ -14,7 +14,7 @@ import (
 // at the pod's level or closer (with free VFs where the pod asks for VFs):
 // a joint search over GPUs and NICs, not GPU-first greedy.
 func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
-	s, err := getState(cycle)
+	s, err := pl.stateOf(cycle)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync/atomic"
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	v1 "k8s.io/api/core/v1"
@@ -75,6 +76,8 @@ type NICAffinity struct {
 	// defaults is the request a pod makes without annotations (level and
 	// policy from args, parsed once); pods that keep them are "common".
 	defaults request
+	// memo: see cycleMemo.
+	memo atomic.Pointer[cycleMemo]
 }
 
 // Name returns Name.

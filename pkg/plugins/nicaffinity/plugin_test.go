@@ -624,3 +624,38 @@ func TestSweepInterval(t *testing.T) {
 		}
 	}
 }
+
+// TestStateOfOtherCycles: Filter and Score find the state PreFilter wrote
+// in the last cycle without reading the cycle, and still read any other
+// cycle's own (an older cycle, a clone as preemption makes, a skipped pod).
+func TestStateOfOtherCycles(t *testing.T) {
+	pl, _ := newTestPlugin(t, nil, handNRT("n", 0, 1, 4, 5))
+	fits, tooBig := makePod("fits", 2, nil, rdma, "1"), makePod("big", 3, nil, rdma, "1")
+	node := nodeInfo("n", 8)
+	first, _ := preFilter(t, pl, fits, node, nodeInfo("other", 8))
+	clone := first.Clone()
+	second, _ := preFilter(t, pl, tooBig, node, nodeInfo("other", 8))
+	skipped, st := preFilter(t, pl, makePod("cpu", 0, nil), node)
+	if !st.IsSkip() {
+		t.Fatalf("PreFilter of a pod without GPUs: %v, want Skip", st)
+	}
+	for _, tc := range []struct {
+		name  string
+		cycle fwk.CycleState
+		fits  bool
+	}{
+		{"older cycle", first, true},
+		{"clone of the older cycle", clone, true},
+		{"last cycle", second, false},
+		{"skipped pod's cycle", skipped, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := pl.Filter(t.Context(), tc.cycle, nil, node); got.IsSuccess() != tc.fits {
+				t.Errorf("Filter = %v, want fits %v", got, tc.fits)
+			}
+		})
+	}
+	if score, st := pl.Score(t.Context(), skipped, nil, node); score != 0 || !st.IsSuccess() {
+		t.Errorf("Score of a skipped pod = %d, %v; want 0", score, st)
+	}
+}

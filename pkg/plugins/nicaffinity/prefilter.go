@@ -89,14 +89,31 @@ func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	if !ok {
+	if !ok || takesLargestNode(nodes, v1.ResourceName(pl.args.GPUResourceName), int64(req.gpus)) {
+		pl.memo.Store(&cycleMemo{cycle: cycle})
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	if takesLargestNode(nodes, v1.ResourceName(pl.args.GPUResourceName), int64(req.gpus)) {
-		return nil, fwk.NewStatus(fwk.Skip)
-	}
-	cycle.Write(stateKey, &preFilterState{req: *req})
+	s := &preFilterState{req: *req}
+	cycle.Write(stateKey, s)
+	pl.memo.Store(&cycleMemo{cycle: cycle, state: s})
 	return nil, nil
+}
+
+// cycleMemo is the state PreFilter wrote in the cycle it last ran in, so
+// that Filter and Score, called for every node, find it without a lookup
+// in the cycle's map each time (one profile runs one cycle at a time).
+// Other cycles, such as the clones preemption works on, read the cycle.
+type cycleMemo struct {
+	cycle fwk.CycleState
+	state *preFilterState
+}
+
+// stateOf is getState through the memo.
+func (pl *NICAffinity) stateOf(cycle fwk.CycleState) (*preFilterState, error) {
+	if m := pl.memo.Load(); m != nil && m.cycle == cycle {
+		return m.state, nil
+	}
+	return getState(cycle)
 }
 
 // takesLargestNode: the pod asks for at least as many GPUs as the largest

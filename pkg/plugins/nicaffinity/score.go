@@ -13,7 +13,7 @@ import (
 // offers, the certainty that the device plugin hands out aligned GPUs, and
 // packing. Nodes without a usable object score 0.
 func (pl *NICAffinity) Score(_ context.Context, cycle fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
-	s, err := getState(cycle)
+	s, err := pl.stateOf(cycle)
 	if err != nil {
 		return 0, fwk.AsStatus(err)
 	}
