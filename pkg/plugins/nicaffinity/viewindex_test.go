@@ -2,6 +2,8 @@ package nicaffinity
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -148,5 +150,152 @@ func TestViewIndexLongNames(t *testing.T) {
 		if h := x.load(n); h.pub != nil {
 			t.Errorf("unknown %d-byte name found %q", len(n), h.pub.why)
 		}
+	}
+}
+
+// TestViewIndexAliases: lookups with the same string find the node through
+// an alias, and aliases never answer for another name: a substring that
+// shares its address with a longer name, a copy of a name at another
+// address, names looked up before the table grew, and so many Node
+// objects replaced (fresh copies of every name) that the alias table is
+// replaced several times.
+func TestViewIndexAliases(t *testing.T) {
+	var x viewIndex
+	const n = 200
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprint("node-", i)
+		x.store(names[i], hotView{pub: &published{why: names[i]}})
+	}
+	check := func(stage string, asked []string) {
+		t.Helper()
+		for _, name := range asked {
+			if h := x.load(name); h.pub == nil || h.pub.why != name {
+				t.Fatalf("%s: %q found %+v", stage, name, h.pub)
+			}
+		}
+	}
+	check("by name", names)
+	if a := x.aliases.Load(); a == nil || a.used.Load() < n {
+		t.Fatalf("no alias for each of %d names looked up", n)
+	}
+	check("by alias", names)
+
+	// "node-1" shares its address with "node-10" when cut from it.
+	long := strings.Clone("node-10")
+	x.load(long)
+	if h := x.load(long[:6]); h.pub == nil || h.pub.why != "node-1" {
+		t.Errorf("prefix of an aliased name found %+v, want node-1", h.pub)
+	}
+	if h := x.load(long[:5]); h.pub != nil {
+		t.Errorf("unknown prefix %q found %+v", long[:5], h.pub)
+	}
+
+	// Growing the view table keeps slot numbers, so old aliases stay right.
+	for i := n; i < 5*n; i++ {
+		x.store(fmt.Sprint("node-", i), hotView{pub: &published{why: fmt.Sprint("node-", i)}})
+	}
+	check("after growth", names)
+
+	// Every Node replaced ten times: new strings, new aliases.
+	replaced := 0
+	for round := 0; round < 10; round++ {
+		fresh := make([]string, len(names))
+		for i, name := range names {
+			fresh[i] = strings.Clone(name)
+		}
+		before := x.aliases.Load()
+		check(fmt.Sprint("replaced Nodes, round ", round), fresh)
+		check(fmt.Sprint("replaced Nodes again, round ", round), fresh)
+		if x.aliases.Load() != before {
+			replaced++
+		}
+	}
+	if replaced == 0 {
+		t.Error("the alias table was never replaced as it filled up")
+	}
+	if a := x.aliases.Load(); 2*a.used.Load() > int64(len(a.keys)) {
+		t.Errorf("alias table %d of %d full", a.used.Load(), len(a.keys))
+	}
+}
+
+// TestViewIndexAliasesConcurrent: readers add aliases for the same and for
+// copied names at once while the writer grows the table (go test -race).
+func TestViewIndexAliasesConcurrent(t *testing.T) {
+	var x viewIndex
+	var mu sync.Mutex
+	const n = 2000
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprint("node-", i)
+	}
+	var wg sync.WaitGroup
+	for r := 0; r < 4; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := 0; round < 20; round++ {
+				for i := r; i < n; i += 7 {
+					name := names[i]
+					if round%2 == 1 {
+						name = strings.Clone(name)
+					}
+					if h := x.load(name); h.pub != nil && h.pub.why != names[i] {
+						t.Errorf("%s found %q", names[i], h.pub.why)
+						return
+					}
+				}
+			}
+		}()
+	}
+	for i, name := range names {
+		mu.Lock()
+		x.store(name, hotView{pub: &published{why: names[i]}})
+		mu.Unlock()
+	}
+	wg.Wait()
+	for _, name := range names {
+		if h := x.load(name); h.pub == nil || h.pub.why != name {
+			t.Fatalf("%s found %+v", name, h.pub)
+		}
+	}
+}
+
+// BenchmarkViewIndexCold looks 5000 nodes up in turn, with names scattered
+// over the heap and the caches kept busy between lookups as a scheduling
+// cycle keeps them (48 random reads of a 256 MiB buffer): "busy" is that
+// background alone, "by-name" and "by-alias" add a lookup each way.
+func BenchmarkViewIndexCold(b *testing.B) {
+	const n = 5000
+	var x viewIndex
+	names := make([]string, n)
+	var padding [][]byte
+	for i, j := range rand.Perm(n) {
+		names[i] = strings.Clone(fmt.Sprintf("gpu-%05d", j))
+		padding = append(padding, make([]byte, 4096)) // scatter the names
+		x.store(names[i], hotView{pub: &published{}, meta: 1})
+	}
+	busy := make([]int64, 32<<20)
+	r := rand.New(rand.NewPCG(1, 2))
+	var sink uint64
+	for _, mode := range []string{"busy", "by-name", "by-alias"} {
+		b.Run(mode, func(b *testing.B) {
+			t := x.cur.Load()
+			for i := 0; b.Loop(); i++ {
+				for k := 0; k < 48; k++ {
+					sink += uint64(busy[r.IntN(len(busy))])
+				}
+				switch name := names[i%n]; mode {
+				case "by-name":
+					sink += t.slots[t.find(name)].read().meta
+				case "by-alias":
+					sink += x.load(name).meta
+				}
+			}
+		})
+	}
+	runtime.KeepAlive(padding)
+	if sink == 42 {
+		b.Log(sink)
 	}
 }
