@@ -26,6 +26,7 @@ const Name = "NICAffinity"
 var (
 	_ fwk.PreFilterPlugin   = &NICAffinity{}
 	_ fwk.FilterPlugin      = &NICAffinity{}
+	_ fwk.PreScorePlugin    = &NICAffinity{}
 	_ fwk.ScorePlugin       = &NICAffinity{}
 	_ fwk.ScoreExtensions   = &NICAffinity{}
 	_ fwk.ReservePlugin     = &NICAffinity{}

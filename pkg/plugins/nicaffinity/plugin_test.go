@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -657,5 +658,64 @@ func TestStateOfOtherCycles(t *testing.T) {
 	}
 	if score, st := pl.Score(t.Context(), skipped, nil, node); score != 0 || !st.IsSuccess() {
 		t.Errorf("Score of a skipped pod = %d, %v; want 0", score, st)
+	}
+}
+
+// TestPreScoreSkipsUniformScores: PreScore skips Score exactly when Score
+// would give every candidate the same, checked against Score on every pair
+// of a set of half-NIC nodes and HGX H100s for pods of 1 to 4 GPUs with
+// and without RDMA; and it does not skip for a node without an object
+// among nodes that score above 0, nor for requests off the common path.
+func TestPreScoreSkipsUniformScores(t *testing.T) {
+	objs := []*v1alpha2.NodeResourceTopology{
+		machineNRT(t, "h100-a", sysfstest.HGXH100), machineNRT(t, "h100-b", sysfstest.HGXH100, 0, 3), machineNRT(t, "h100-c", sysfstest.HGXH100, 1, 2, 5, 6),
+		handNRT("half-a", 0, 1, 2, 3, 4, 5, 6, 7), handNRT("half-b", 0, 1, 4, 5), handNRT("half-c", 0, 1, 2, 3, 4, 5), handNRT("half-d", 2, 3, 6, 7),
+	}
+	pl, _ := newTestPlugin(t, nil, objs...)
+	skipped, scored := 0, 0
+	for g := int64(1); g <= 4; g++ {
+		for _, extra := range [][]string{{rdma, "1"}, nil} {
+			p := makePod("p", g, nil, extra...)
+			for i := range objs {
+				for j := i + 1; j < len(objs); j++ {
+					nodes := []fwk.NodeInfo{nodeInfo(objs[i].Name, 8), nodeInfo(objs[j].Name, 8)}
+					cycle, _ := preFilter(t, pl, p, nodeInfo("big", 16))
+					a, _ := pl.Score(t.Context(), cycle, p, nodes[0])
+					b, _ := pl.Score(t.Context(), cycle, p, nodes[1])
+					st := pl.PreScore(t.Context(), cycle, p, nodes)
+					if st.IsSkip() != (a == b) {
+						t.Errorf("%d GPUs %v on %s (%d), %s (%d): PreScore %v", g, extra, objs[i].Name, a, objs[j].Name, b, st)
+					}
+					if st.IsSkip() {
+						skipped++
+					} else {
+						scored++
+					}
+				}
+			}
+		}
+	}
+	if skipped == 0 || scored == 0 {
+		t.Errorf("%d pairs skipped, %d scored: want some of each", skipped, scored)
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *v1.Pod
+		skip bool
+	}{
+		{"pod without GPUs", makePod("cpu", 0, nil), true},
+		{"node without an object among nodes scoring above 0", makePod("p", 1, nil, rdma, "1"), false},
+		{"own max level: scores need the views", makePod("p", 1, map[string]string{annotations.MaxLevel: "PIX"}, rdma, "1"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := []fwk.NodeInfo{nodeInfo("h100-a", 8), nodeInfo("h100-b", 8), nodeInfo("no-object", 8)}
+			if tc.name != "node without an object among nodes scoring above 0" {
+				nodes = nodes[:2]
+			}
+			cycle, _ := preFilter(t, pl, tc.pod, nodeInfo("big", 16))
+			if st := pl.PreScore(t.Context(), cycle, tc.pod, nodes); st.IsSkip() != tc.skip {
+				t.Errorf("PreScore = %v, want skip %v", st, tc.skip)
+			}
+		})
 	}
 }

@@ -9,6 +9,38 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
+// PreScore skips Score for pods PreFilter skipped and when every candidate
+// node would get the same score: after NormalizeScore that adds the same
+// to every node and changes no ranking, while the framework's per-node,
+// per-plugin work for Score is the larger part of what the plugin costs a
+// cycle at thousands of nodes. Fleets of one shape with a NIC for every
+// GPU score every RDMA pod alike. The scan stops at the first node that
+// differs, so mixed clusters pay a few lookups.
+func (pl *NICAffinity) PreScore(_ context.Context, cycle fwk.CycleState, _ *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+	s, err := pl.stateOf(cycle)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if s == nil || pl.uniform(&s.req, nodes) {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}
+
+// uniform: every node scores the same for req, as far as the index tells
+// without reading views (a node it cannot answer for counts as different).
+func (pl *NICAffinity) uniform(req *request, nodes []fwk.NodeInfo) bool {
+	var first int64
+	for i, n := range nodes {
+		score, ok := quickScore(pl.cache.lookup(n.Node().Name), req)
+		if !ok || (i > 0 && score != first) {
+			return false
+		}
+		first = score
+	}
+	return true
+}
+
 // Score combines (with the configured strategy) the best level the node
 // offers, the certainty that the device plugin hands out aligned GPUs, and
 // packing. Nodes without a usable object score 0.
@@ -20,16 +52,10 @@ func (pl *NICAffinity) Score(_ context.Context, cycle fwk.CycleState, _ *v1.Pod,
 	if s == nil {
 		return 0, nil // skipped pod: every node alike
 	}
-	hot := pl.cache.lookup(nodeInfo.Node().Name)
-	if !hot.hasView() {
-		return 0, nil
-	}
 	req := &s.req
-	if req.common && req.gpus < hot.answered() {
-		if req.rdma {
-			return hot.scoreOf(req.gpus), nil
-		}
-		return hot.plainOf(req.gpus), nil
+	hot := pl.cache.lookup(nodeInfo.Node().Name)
+	if score, ok := quickScore(hot, req); ok {
+		return score, nil
 	}
 	v := hot.pub.view
 	if req.common && req.gpus < len(v.answers) {
@@ -39,6 +65,20 @@ func (pl *NICAffinity) Score(_ context.Context, cycle fwk.CycleState, _ *v1.Pod,
 		return int64(v.answers[req.gpus].plain), nil
 	}
 	return pl.nodeScore(v, req), nil
+}
+
+// quickScore is Score's answer from what the index holds inline; ok is
+// false when it takes the view.
+func quickScore(hot hotView, req *request) (score int64, ok bool) {
+	switch {
+	case !hot.hasView():
+		return 0, true
+	case !req.common || req.gpus >= hot.answered():
+		return 0, false
+	case req.rdma:
+		return hot.scoreOf(req.gpus), true
+	}
+	return hot.plainOf(req.gpus), true
 }
 
 // precompute fills a new view's answers for common requests of 1 to
