@@ -35,6 +35,9 @@ type Cache interface {
 	View(node string) (*nodeView, string)
 	// lookup is View for the hot path: what was published for the node.
 	lookup(node string) hotView
+	// uniformScore is the score every node with a view gives a common
+	// request, if they all give the same.
+	uniformScore(gpus int, rdma bool) (int64, bool)
 	// Reserve holds GPUs and VFs (per NIC index, per resource) for a pod.
 	Reserve(node string, pod types.UID, gpus nrt.GPUSet, vfs map[int]map[string]int64)
 	// Unreserve drops the pod's reservation.
@@ -55,6 +58,8 @@ type nodeEntry struct {
 	// expires is when the oldest reservation runs out (zero: none), kept by
 	// rebuild so View checks one time, not every reservation.
 	expires time.Time
+	// hot is what was last published, counted in the store's spread.
+	hot hotView
 }
 
 // store is the cache's state, shared by the informer-backed cache and tests.
@@ -67,7 +72,9 @@ type store struct {
 	mu    sync.RWMutex
 	nodes map[string]*nodeEntry
 	// views finds each node's published view without the lock (viewindex.go).
-	views   viewIndex
+	views viewIndex
+	// spread tells PreScore when every node scores alike (spread.go).
+	spread  scoreSpread
 	podNode map[types.UID]string
 	// precompute fills each new view's answers (the plugin sets it).
 	precompute func(*nodeView)
@@ -116,6 +123,9 @@ func (s *store) View(node string) (*nodeView, string) {
 func (s *store) lookup(node string) hotView {
 	return s.views.load(node)
 }
+
+// uniformScore implements Cache.
+func (s *store) uniformScore(gpus int, rdma bool) (int64, bool) { return s.spread.uniform(gpus, rdma) }
 
 // expireDue drops reservations older than the timeout on every node. The
 // informer-backed cache calls it on a ticker (sweepInterval) rather than
@@ -233,7 +243,10 @@ func (s *store) rebuild(node string) {
 		}
 	}
 	defer func() {
-		s.views.store(node, makeHotView(&published{view: e.view, why: e.err}))
+		hot := makeHotView(&published{view: e.view, why: e.err})
+		s.spread.replace(e.hot, hot)
+		e.hot = hot
+		s.views.store(node, hot)
 	}()
 	if e.compiled == nil {
 		e.view = nil

@@ -661,60 +661,112 @@ func TestStateOfOtherCycles(t *testing.T) {
 	}
 }
 
-// TestPreScoreSkipsUniformScores: PreScore skips Score exactly when Score
-// would give every candidate the same, checked against Score on every pair
-// of a set of half-NIC nodes and HGX H100s for pods of 1 to 4 GPUs with
-// and without RDMA; and it does not skip for a node without an object
-// among nodes that score above 0, nor for requests off the common path.
+// TestPreScoreSkipsUniformScores: PreScore skips Score only when Score
+// would give every node the same (checked against Score on clusters made
+// of every subset of a set of HGX H100s and half-NIC nodes, for pods of 1
+// to 4 GPUs with and without RDMA), does skip on a fleet of one fully
+// aligned shape, and follows reservations and nodes going away.
 func TestPreScoreSkipsUniformScores(t *testing.T) {
-	objs := []*v1alpha2.NodeResourceTopology{
+	all := []*v1alpha2.NodeResourceTopology{
 		machineNRT(t, "h100-a", sysfstest.HGXH100), machineNRT(t, "h100-b", sysfstest.HGXH100, 0, 3), machineNRT(t, "h100-c", sysfstest.HGXH100, 1, 2, 5, 6),
-		handNRT("half-a", 0, 1, 2, 3, 4, 5, 6, 7), handNRT("half-b", 0, 1, 4, 5), handNRT("half-c", 0, 1, 2, 3, 4, 5), handNRT("half-d", 2, 3, 6, 7),
+		handNRT("half-a", 0, 1, 2, 3, 4, 5, 6, 7), handNRT("half-b", 0, 1, 4, 5), handNRT("half-c", 0, 1, 2, 3, 4, 5),
 	}
-	pl, _ := newTestPlugin(t, nil, objs...)
 	skipped, scored := 0, 0
-	for g := int64(1); g <= 4; g++ {
-		for _, extra := range [][]string{{rdma, "1"}, nil} {
-			p := makePod("p", g, nil, extra...)
-			for i := range objs {
-				for j := i + 1; j < len(objs); j++ {
-					nodes := []fwk.NodeInfo{nodeInfo(objs[i].Name, 8), nodeInfo(objs[j].Name, 8)}
-					cycle, _ := preFilter(t, pl, p, nodeInfo("big", 16))
-					a, _ := pl.Score(t.Context(), cycle, p, nodes[0])
-					b, _ := pl.Score(t.Context(), cycle, p, nodes[1])
-					st := pl.PreScore(t.Context(), cycle, p, nodes)
-					if st.IsSkip() != (a == b) {
-						t.Errorf("%d GPUs %v on %s (%d), %s (%d): PreScore %v", g, extra, objs[i].Name, a, objs[j].Name, b, st)
-					}
-					if st.IsSkip() {
-						skipped++
-					} else {
-						scored++
+	for subset := 1; subset < 1<<len(all); subset++ {
+		var objs []*v1alpha2.NodeResourceTopology
+		var nodes []fwk.NodeInfo
+		for i, o := range all {
+			if subset&(1<<i) != 0 {
+				objs, nodes = append(objs, o), append(nodes, nodeInfo(o.Name, 8))
+			}
+		}
+		pl, _ := newTestPlugin(t, nil, objs...)
+		for g := int64(1); g <= 4; g++ {
+			for _, extra := range [][]string{{rdma, "1"}, nil} {
+				p := makePod("p", g, nil, extra...)
+				cycle, _ := preFilter(t, pl, p, nodeInfo("big", 16))
+				if !pl.PreScore(t.Context(), cycle, p, nodes).IsSkip() {
+					scored++
+					continue
+				}
+				skipped++
+				first, _ := pl.Score(t.Context(), cycle, p, nodes[0])
+				for _, n := range nodes[1:] {
+					if got, _ := pl.Score(t.Context(), cycle, p, n); got != first {
+						t.Errorf("cluster %06b, %d GPUs %v: PreScore skipped, but %s scores %d and %s %d", subset, g, extra, nodes[0].Node().Name, first, n.Node().Name, got)
 					}
 				}
 			}
 		}
 	}
 	if skipped == 0 || scored == 0 {
-		t.Errorf("%d pairs skipped, %d scored: want some of each", skipped, scored)
+		t.Errorf("%d skipped, %d scored: want some of each", skipped, scored)
 	}
+
+	pod := makePod("p", 1, nil, rdma, "1")
+	preScore := func(pl *NICAffinity, p *v1.Pod, nodes ...string) *fwk.Status {
+		t.Helper()
+		var infos []fwk.NodeInfo
+		for _, n := range nodes {
+			infos = append(infos, nodeInfo(n, 8))
+		}
+		cycle, _ := preFilter(t, pl, p, nodeInfo("big", 16))
+		return pl.PreScore(t.Context(), cycle, p, infos)
+	}
+	t.Run("fleet of one aligned shape", func(t *testing.T) {
+		pl, _ := newTestPlugin(t, nil, all[:3]...)
+		// Up to 4 GPUs, which every one of them has free; a node too full
+		// for the request scores 0 and the spread counts it.
+		for g := int64(1); g <= 4; g++ {
+			for _, p := range []*v1.Pod{makePod("p", g, nil, rdma, "1"), makePod("p", g, nil)} {
+				if st := preScore(pl, p, "h100-a", "h100-b", "h100-c"); !st.IsSkip() {
+					t.Errorf("%d GPUs: PreScore = %v, want Skip", g, st)
+				}
+			}
+		}
+	})
+	t.Run("reservations and nodes going away", func(t *testing.T) {
+		pl, st := newTestPlugin(t, nil, handNRT("x", 0, 1, 4, 5), handNRT("y", 0, 1, 4, 5))
+		if s := preScore(pl, pod, "x", "y"); !s.IsSkip() {
+			t.Fatalf("two identical nodes: PreScore = %v, want Skip", s)
+		}
+		st.Reserve("x", "other", 1<<4, nil)
+		if s := preScore(pl, pod, "x", "y"); s.IsSkip() {
+			t.Error("one node half taken: PreScore skipped")
+		}
+		st.Unreserve("x", "other")
+		if s := preScore(pl, pod, "x", "y"); !s.IsSkip() {
+			t.Errorf("reservation dropped: PreScore = %v, want Skip", s)
+		}
+		st.Reserve("x", "other", 1<<4, nil)
+		st.remove("x")
+		if s := preScore(pl, pod, "y"); !s.IsSkip() {
+			t.Errorf("odd node gone: PreScore = %v, want Skip", s)
+		}
+	})
+	t.Run("nodes without an object", func(t *testing.T) {
+		pl, _ := newTestPlugin(t, nil, all[0])
+		// They score 0 but Filter rejects them for this pod.
+		if s := preScore(pl, pod, "h100-a", "no-object"); !s.IsSkip() {
+			t.Errorf("RDMA pod: PreScore = %v, want Skip", s)
+		}
+		ignoring, _ := newTestPlugin(t, func(a *Args) { a.MissingTopology = MissingIgnore }, all[0])
+		if s := preScore(ignoring, pod, "h100-a", "no-object"); s.IsSkip() {
+			t.Error("missingTopology Ignore: PreScore skipped with a node scoring 0 among candidates")
+		}
+	})
 	for _, tc := range []struct {
 		name string
 		pod  *v1.Pod
 		skip bool
 	}{
 		{"pod without GPUs", makePod("cpu", 0, nil), true},
-		{"node without an object among nodes scoring above 0", makePod("p", 1, nil, rdma, "1"), false},
-		{"own max level: scores need the views", makePod("p", 1, map[string]string{annotations.MaxLevel: "PIX"}, rdma, "1"), false},
+		{"own max level", makePod("p", 1, map[string]string{annotations.MaxLevel: "PIX"}, rdma, "1"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			nodes := []fwk.NodeInfo{nodeInfo("h100-a", 8), nodeInfo("h100-b", 8), nodeInfo("no-object", 8)}
-			if tc.name != "node without an object among nodes scoring above 0" {
-				nodes = nodes[:2]
-			}
-			cycle, _ := preFilter(t, pl, tc.pod, nodeInfo("big", 16))
-			if st := pl.PreScore(t.Context(), cycle, tc.pod, nodes); st.IsSkip() != tc.skip {
-				t.Errorf("PreScore = %v, want skip %v", st, tc.skip)
+			pl, _ := newTestPlugin(t, nil, all[:3]...)
+			if s := preScore(pl, tc.pod, "h100-a", "h100-b"); s.IsSkip() != tc.skip {
+				t.Errorf("PreScore = %v, want skip %v", s, tc.skip)
 			}
 		})
 	}

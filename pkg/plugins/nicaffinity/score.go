@@ -12,33 +12,30 @@ import (
 // PreScore skips Score for pods PreFilter skipped and when every candidate
 // node would get the same score: after NormalizeScore that adds the same
 // to every node and changes no ranking, while the framework's per-node,
-// per-plugin work for Score is the larger part of what the plugin costs a
-// cycle at thousands of nodes. Fleets of one shape with a NIC for every
-// GPU score every RDMA pod alike. The scan stops at the first node that
-// differs, so mixed clusters pay a few lookups.
-func (pl *NICAffinity) PreScore(_ context.Context, cycle fwk.CycleState, _ *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+// per-plugin work for Score is most of what the plugin costs a cycle at
+// thousands of nodes. Fleets of one shape with a NIC for every GPU score
+// every RDMA pod alike. The cache keeps the spread of scores over all
+// nodes as views change, so this costs one load, not a pass over the nodes.
+func (pl *NICAffinity) PreScore(_ context.Context, cycle fwk.CycleState, _ *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
 	s, err := pl.stateOf(cycle)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	if s == nil || pl.uniform(&s.req, nodes) {
+	if s == nil {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	req := &s.req
+	if !req.common {
+		return nil
+	}
+	// Nodes without a view score 0, and are candidates unless Filter
+	// rejected them (an RDMA pod that requires alignment, missing
+	// topology rejected).
+	score, ok := pl.cache.uniformScore(req.gpus, req.rdma)
+	if ok && (score == 0 || (req.rdma && req.required && pl.args.MissingTopology == MissingReject)) {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	return nil
-}
-
-// uniform: every node scores the same for req, as far as the index tells
-// without reading views (a node it cannot answer for counts as different).
-func (pl *NICAffinity) uniform(req *request, nodes []fwk.NodeInfo) bool {
-	var first int64
-	for i, n := range nodes {
-		score, ok := quickScore(pl.cache.lookup(n.Node().Name), req)
-		if !ok || (i > 0 && score != first) {
-			return false
-		}
-		first = score
-	}
-	return true
 }
 
 // Score combines (with the configured strategy) the best level the node

@@ -1,0 +1,82 @@
+package nicaffinity
+
+import (
+	"sync/atomic"
+
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// scoreSpread counts, for each common request the index answers inline
+// (1 to maxInlineGPUs-1 GPUs, with and without RDMA), how many nodes give
+// each score, so that PreScore tells in O(1) whether every node scores
+// alike (and Score has nothing to say). Writers update it under the
+// store's lock as views are published; readers load one word.
+type scoreSpread struct {
+	counts [maxInlineGPUs][2][fwk.MaxNodeScore + 1]int32
+	// summary[g][kind] is distinct<<8 | score: how many scores nodes give,
+	// and the score when they all give one.
+	summary [maxInlineGPUs][2]atomic.Uint32
+	// unanswered[g] counts nodes that can take g GPUs but answer only
+	// through their view (all of their GPUs, or more than the index holds).
+	unanswered [maxInlineGPUs]atomic.Int32
+}
+
+const (
+	kindRDMA  = 0
+	kindPlain = 1
+)
+
+// replace moves a node's contribution from its old view to its new one.
+func (sp *scoreSpread) replace(old, new hotView) {
+	sp.add(old, -1)
+	sp.add(new, 1)
+}
+
+func (sp *scoreSpread) add(h hotView, delta int32) {
+	if !h.hasView() {
+		return // scores 0; see uniform
+	}
+	for g := 1; g < maxInlineGPUs; g++ {
+		if g >= h.answered() {
+			if g <= h.gpus() {
+				sp.unanswered[g].Add(delta)
+			}
+			continue
+		}
+		for kind, score := range [2]int64{kindRDMA: h.scoreOf(g), kindPlain: h.plainOf(g)} {
+			c := &sp.counts[g][kind][score]
+			was := *c
+			*c += delta
+			if (was == 0) != (*c == 0) {
+				sp.resummarize(g, kind)
+			}
+		}
+	}
+}
+
+// resummarize recounts the distinct scores of one request; it runs only
+// when a score gains its first node or loses its last.
+func (sp *scoreSpread) resummarize(g, kind int) {
+	distinct, last := uint32(0), uint32(0)
+	for score, n := range sp.counts[g][kind] {
+		if n > 0 {
+			distinct, last = distinct+1, uint32(score)
+		}
+	}
+	sp.summary[g][kind].Store(distinct<<8 | last)
+}
+
+// uniform is the one score every node with a view gives a common request
+// of gpus GPUs, if there is one and no node needs its view to answer.
+// Nodes without a view are not counted: they score 0.
+func (sp *scoreSpread) uniform(gpus int, rdma bool) (int64, bool) {
+	if gpus < 1 || gpus >= maxInlineGPUs || sp.unanswered[gpus].Load() != 0 {
+		return 0, false
+	}
+	kind := kindPlain
+	if rdma {
+		kind = kindRDMA
+	}
+	s := sp.summary[gpus][kind].Load()
+	return int64(s & 0xff), s>>8 == 1
+}
