@@ -35,9 +35,9 @@ type Cache interface {
 	View(node string) (*nodeView, string)
 	// lookup is View for the hot path: what was published for the node.
 	lookup(node string) hotView
-	// uniformScore is the score every node with a view gives a common
-	// request, if they all give the same.
-	uniformScore(gpus int, rdma bool) (int64, bool)
+	// uniformScore is the score every counted node gives a common
+	// request, if they all give the same (kinds: spread.go).
+	uniformScore(gpus, kind int) (int64, bool)
 	// Reserve holds GPUs and VFs (per NIC index, per resource) for a pod.
 	Reserve(node string, pod types.UID, gpus nrt.GPUSet, vfs map[int]map[string]int64)
 	// Unreserve drops the pod's reservation.
@@ -125,7 +125,7 @@ func (s *store) lookup(node string) hotView {
 }
 
 // uniformScore implements Cache.
-func (s *store) uniformScore(gpus int, rdma bool) (int64, bool) { return s.spread.uniform(gpus, rdma) }
+func (s *store) uniformScore(gpus, kind int) (int64, bool) { return s.spread.uniform(gpus, kind) }
 
 // expireDue drops reservations older than the timeout on every node. The
 // informer-backed cache calls it on a ticker (sweepInterval) rather than

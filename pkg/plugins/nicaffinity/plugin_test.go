@@ -662,10 +662,11 @@ func TestStateOfOtherCycles(t *testing.T) {
 }
 
 // TestPreScoreSkipsUniformScores: PreScore skips Score only when Score
-// would give every node the same (checked against Score on clusters made
-// of every subset of a set of HGX H100s and half-NIC nodes, for pods of 1
-// to 4 GPUs with and without RDMA), does skip on a fleet of one fully
-// aligned shape, and follows reservations and nodes going away.
+// would give every candidate (every node Filter passes) the same, checked
+// against Score on clusters made of every subset of a set of HGX H100s and
+// half-NIC nodes with some GPUs taken, for pods of 1 to 7 GPUs with and
+// without RDMA; it does skip on a fleet of one fully aligned shape, and
+// follows reservations and nodes going away.
 func TestPreScoreSkipsUniformScores(t *testing.T) {
 	all := []*v1alpha2.NodeResourceTopology{
 		machineNRT(t, "h100-a", sysfstest.HGXH100), machineNRT(t, "h100-b", sysfstest.HGXH100, 0, 3), machineNRT(t, "h100-c", sysfstest.HGXH100, 1, 2, 5, 6),
@@ -681,19 +682,25 @@ func TestPreScoreSkipsUniformScores(t *testing.T) {
 			}
 		}
 		pl, _ := newTestPlugin(t, nil, objs...)
-		for g := int64(1); g <= 4; g++ {
+		for g := int64(1); g < 8; g++ {
 			for _, extra := range [][]string{{rdma, "1"}, nil} {
 				p := makePod("p", g, nil, extra...)
 				cycle, _ := preFilter(t, pl, p, nodeInfo("big", 16))
-				if !pl.PreScore(t.Context(), cycle, p, nodes).IsSkip() {
+				var candidates []fwk.NodeInfo
+				for _, n := range nodes {
+					if pl.Filter(t.Context(), cycle, p, n).IsSuccess() {
+						candidates = append(candidates, n)
+					}
+				}
+				if len(candidates) == 0 || !pl.PreScore(t.Context(), cycle, p, candidates).IsSkip() {
 					scored++
 					continue
 				}
 				skipped++
-				first, _ := pl.Score(t.Context(), cycle, p, nodes[0])
-				for _, n := range nodes[1:] {
+				first, _ := pl.Score(t.Context(), cycle, p, candidates[0])
+				for _, n := range candidates[1:] {
 					if got, _ := pl.Score(t.Context(), cycle, p, n); got != first {
-						t.Errorf("cluster %06b, %d GPUs %v: PreScore skipped, but %s scores %d and %s %d", subset, g, extra, nodes[0].Node().Name, first, n.Node().Name, got)
+						t.Errorf("cluster %06b, %d GPUs %v: PreScore skipped, but %s scores %d and %s %d", subset, g, extra, candidates[0].Node().Name, first, n.Node().Name, got)
 					}
 				}
 			}
@@ -715,9 +722,7 @@ func TestPreScoreSkipsUniformScores(t *testing.T) {
 	}
 	t.Run("fleet of one aligned shape", func(t *testing.T) {
 		pl, _ := newTestPlugin(t, nil, all[:3]...)
-		// Up to 4 GPUs, which every one of them has free; a node too full
-		// for the request scores 0 and the spread counts it.
-		for g := int64(1); g <= 4; g++ {
+		for g := int64(1); g < 8; g++ {
 			for _, p := range []*v1.Pod{makePod("p", g, nil, rdma, "1"), makePod("p", g, nil)} {
 				if st := preScore(pl, p, "h100-a", "h100-b", "h100-c"); !st.IsSkip() {
 					t.Errorf("%d GPUs: PreScore = %v, want Skip", g, st)

@@ -7,10 +7,13 @@ import (
 )
 
 // scoreSpread counts, for each common request the index answers inline
-// (1 to maxInlineGPUs-1 GPUs, with and without RDMA), how many nodes give
-// each score, so that PreScore tells in O(1) whether every node scores
-// alike (and Score has nothing to say). Writers update it under the
-// store's lock as views are published; readers load one word.
+// (1 to maxInlineGPUs-1 GPUs), how many nodes give each score, so that
+// PreScore tells in O(1) whether every candidate node scores alike (and
+// Score has nothing to say). For RDMA it counts only the nodes where the
+// request fits aligned: the others are no candidates when alignment is
+// required (Filter rejects them), and full nodes are common. Without RDMA
+// it counts every node. Writers update it under the store's lock as views
+// are published; readers load one word.
 type scoreSpread struct {
 	counts [maxInlineGPUs][2][fwk.MaxNodeScore + 1]int32
 	// summary[g][kind] is distinct<<8 | score: how many scores nodes give,
@@ -21,9 +24,10 @@ type scoreSpread struct {
 	unanswered [maxInlineGPUs]atomic.Int32
 }
 
+// Kinds of spread.
 const (
-	kindRDMA  = 0
-	kindPlain = 1
+	kindAligned = 0 // RDMA, over the nodes where it fits aligned
+	kindPlain   = 1 // without RDMA, over every node
 )
 
 // replace moves a node's contribution from its old view to its new one.
@@ -43,14 +47,19 @@ func (sp *scoreSpread) add(h hotView, delta int32) {
 			}
 			continue
 		}
-		for kind, score := range [2]int64{kindRDMA: h.scoreOf(g), kindPlain: h.plainOf(g)} {
-			c := &sp.counts[g][kind][score]
-			was := *c
-			*c += delta
-			if (was == 0) != (*c == 0) {
-				sp.resummarize(g, kind)
-			}
+		if h.feasible(g) {
+			sp.count(g, kindAligned, h.scoreOf(g), delta)
 		}
+		sp.count(g, kindPlain, h.plainOf(g), delta)
+	}
+}
+
+func (sp *scoreSpread) count(g, kind int, score int64, delta int32) {
+	c := &sp.counts[g][kind][score]
+	was := *c
+	*c += delta
+	if (was == 0) != (*c == 0) {
+		sp.resummarize(g, kind)
 	}
 }
 
@@ -66,16 +75,12 @@ func (sp *scoreSpread) resummarize(g, kind int) {
 	sp.summary[g][kind].Store(distinct<<8 | last)
 }
 
-// uniform is the one score every node with a view gives a common request
-// of gpus GPUs, if there is one and no node needs its view to answer.
-// Nodes without a view are not counted: they score 0.
-func (sp *scoreSpread) uniform(gpus int, rdma bool) (int64, bool) {
+// uniform is the one score the counted nodes give a common request of
+// gpus GPUs, if there is one and no node needs its view to answer. Nodes
+// without a view are not counted: they score 0.
+func (sp *scoreSpread) uniform(gpus, kind int) (int64, bool) {
 	if gpus < 1 || gpus >= maxInlineGPUs || sp.unanswered[gpus].Load() != 0 {
 		return 0, false
-	}
-	kind := kindPlain
-	if rdma {
-		kind = kindRDMA
 	}
 	s := sp.summary[gpus][kind].Load()
 	return int64(s & 0xff), s>>8 == 1
