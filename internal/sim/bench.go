@@ -247,11 +247,12 @@ const benchCreators = 16
 func runBatch(ctx context.Context, kube kubernetes.Interface, scheduler, prefix string, pods int) (batch, error) {
 	var b batch
 	pc := kube.CoreV1().Pods("default")
-	w, err := pc.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.schedulerName", scheduler).String()})
+	selector := fields.OneTermEqualSelector("spec.schedulerName", scheduler).String()
+	w, err := pc.Watch(ctx, metav1.ListOptions{FieldSelector: selector})
 	if err != nil {
 		return b, err
 	}
-	defer w.Stop()
+	defer func() { w.Stop() }()
 	created := make(map[string]time.Time, pods)
 	var mu sync.Mutex
 	start := time.Now()
@@ -277,28 +278,48 @@ func runBatch(ctx context.Context, kube kubernetes.Interface, scheduler, prefix 
 		}()
 	}
 	bound := map[string]bool{}
+	see := func(p *corev1.Pod) {
+		if p.Spec.NodeName == "" || bound[p.Name] {
+			return
+		}
+		bound[p.Name] = true
+		mu.Lock()
+		b.latencies = append(b.latencies, time.Since(created[p.Name]))
+		mu.Unlock()
+	}
 	timeout := time.After(time.Duration(pods)*50*time.Millisecond + time.Minute)
+	rewatches := 0
 	for len(bound) < pods {
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return b, fmt.Errorf("watch closed after %d of %d pods", len(bound), pods)
-			}
-			p, isPod := ev.Object.(*corev1.Pod)
-			if !isPod || ev.Type == watch.Deleted || p.Spec.NodeName == "" || bound[p.Name] {
+				// The apiserver closes watchers that fall behind a burst;
+				// catch up from a list and watch on from there.
+				if rewatches++; rewatches > 10 {
+					return b, fmt.Errorf("watch closed %d times; %d of %d pods bound", rewatches, len(bound), pods)
+				}
+				l, err := pc.List(ctx, metav1.ListOptions{FieldSelector: selector})
+				if err != nil {
+					return b, err
+				}
+				for i := range l.Items {
+					see(&l.Items[i])
+				}
+				if w, err = pc.Watch(ctx, metav1.ListOptions{FieldSelector: selector, ResourceVersion: l.ResourceVersion}); err != nil {
+					return b, err
+				}
 				continue
 			}
-			bound[p.Name] = true
-			mu.Lock()
-			b.latencies = append(b.latencies, time.Since(created[p.Name]))
-			mu.Unlock()
+			if p, isPod := ev.Object.(*corev1.Pod); isPod && ev.Type != watch.Deleted {
+				see(p)
+			}
 		case <-timeout:
 			return b, fmt.Errorf("only %d of %d pods bound", len(bound), pods)
 		}
 	}
 	b.elapsed = time.Since(start)
 	// Clear the batch so every batch sees the same cluster.
-	if err := pc.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.schedulerName", scheduler).String()}); err != nil {
+	if err := pc.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{FieldSelector: selector}); err != nil {
 		return b, err
 	}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
