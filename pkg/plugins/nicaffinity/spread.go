@@ -2,8 +2,6 @@ package nicaffinity
 
 import (
 	"sync/atomic"
-
-	fwk "k8s.io/kube-scheduler/framework"
 )
 
 // scoreSpread counts, for each common request the index answers inline
@@ -15,7 +13,8 @@ import (
 // it counts every node. Writers update it under the store's lock as views
 // are published; readers load one word.
 type scoreSpread struct {
-	counts [maxInlineGPUs][2][fwk.MaxNodeScore + 1]int32
+	// counts cover every value a score byte can hold, not only 0..100.
+	counts [maxInlineGPUs][2][256]int32
 	// summary[g][kind] is distinct<<8 | score: how many scores nodes give,
 	// and the score when they all give one.
 	summary [maxInlineGPUs][2]atomic.Uint32
