@@ -192,8 +192,8 @@ func (s *store) set(node string, c *nrt.Compiled, err error, confirmed bool) {
 func (s *store) remove(node string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.nodes[node]; ok {
-		s.nodes[node].compiled, s.nodes[node].err = nil, ""
+	if e, ok := s.nodes[node]; ok {
+		e.compiled, e.err = nil, ""
 		s.rebuild(node)
 	}
 }

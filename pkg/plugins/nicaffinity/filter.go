@@ -45,8 +45,8 @@ func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod
 		return fwk.NewStatus(fwk.Unschedulable, "NodeResourceTopology has not caught up with pods placed on this node yet")
 	}
 	li := levelIndex(req.maxLevel)
-	if req.common && req.gpus < len(v.answers) {
-		if v.answers[req.gpus].feasible {
+	if a, ok := v.commonAnswer(req); ok {
+		if a.feasible {
 			return nil
 		}
 	} else if v.feasible(req, li) {

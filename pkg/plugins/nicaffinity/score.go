@@ -62,11 +62,11 @@ func (pl *NICAffinity) Score(_ context.Context, cycle fwk.CycleState, _ *v1.Pod,
 		return score, nil
 	}
 	v := hot.pub.view
-	if req.common && req.gpus < len(v.answers) {
+	if a, ok := v.commonAnswer(req); ok {
 		if req.rdma {
-			return int64(v.answers[req.gpus].score), nil
+			return int64(a.score), nil
 		}
-		return int64(v.answers[req.gpus].plain), nil
+		return int64(a.plain), nil
 	}
 	return pl.nodeScore(v, req), nil
 }
@@ -86,7 +86,8 @@ func quickScore(hot hotView, req *request) (score int64, ok bool) {
 }
 
 // precompute fills a new view's answers for common requests of 1 to
-// len(GPUs)-1 GPUs (whole-node requests are skipped in PreFilter).
+// len(GPUs)-1 GPUs (a request of every GPU needs no search: Filter passes
+// it, Score gives MaxNodeScore).
 func (pl *NICAffinity) precompute(v *nodeView) {
 	n := len(v.c.GPUs)
 	if n < 2 {

@@ -40,6 +40,14 @@ type nodeView struct {
 	answers []answer
 }
 
+// commonAnswer is the view's precomputed answer for req, if it has one.
+func (v *nodeView) commonAnswer(req *request) (answer, bool) {
+	if !req.common || req.gpus >= len(v.answers) {
+		return answer{}, false
+	}
+	return v.answers[req.gpus], true
+}
+
 // answer is what a common request of some number of GPUs gets from one
 // view: with RDMA, whether it fits and its score; without, its score.
 type answer struct {

@@ -263,7 +263,7 @@ func TestViewIndexAliasesConcurrent(t *testing.T) {
 
 // BenchmarkViewIndexCold looks 5000 nodes up in turn, with names scattered
 // over the heap and the caches kept busy between lookups as a scheduling
-// cycle keeps them (48 random reads of a 256 MiB buffer): "busy" is that
+// cycle keeps them (16 random reads of a 256 MiB buffer): "busy" is that
 // background alone, "by-name" and "by-alias" add a lookup each way.
 func BenchmarkViewIndexCold(b *testing.B) {
 	const n = 5000
@@ -272,7 +272,7 @@ func BenchmarkViewIndexCold(b *testing.B) {
 	var padding [][]byte
 	for i, j := range rand.Perm(n) {
 		names[i] = strings.Clone(fmt.Sprintf("gpu-%05d", j))
-		padding = append(padding, make([]byte, 4096)) // scatter the names
+		padding = append(padding, make([]byte, 16<<10)) // scatter the names
 		x.store(names[i], hotView{pub: &published{}, meta: 1})
 	}
 	busy := make([]int64, 32<<20)
@@ -282,7 +282,7 @@ func BenchmarkViewIndexCold(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			t := x.cur.Load()
 			for i := 0; b.Loop(); i++ {
-				for k := 0; k < 48; k++ {
+				for k := 0; k < 16; k++ {
 					sink += uint64(busy[r.IntN(len(busy))])
 				}
 				switch name := names[i%n]; mode {
