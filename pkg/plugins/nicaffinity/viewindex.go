@@ -41,7 +41,7 @@ type viewIndex struct {
 // comparing the name's bytes, which at thousands of nodes cost a cache
 // miss of their own: in a 5000-node bench run on 2 cores the CPU spent in
 // lookups went from 3.6 s to 1.9 s (BenchmarkViewIndexCold, names scattered
-// over the heap: 17-25 ns a lookup by name, 10-18 ns by alias, on top of a
+// over the heap: 17-22 ns a lookup by name, 10-18 ns by alias, on top of a
 // busy background). Readers add aliases without locks; a table half
 // full is replaced by an empty one, so the aliases of Node objects that
 // were replaced since do not pile up. A key holds its string, so while the
