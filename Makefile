@@ -40,7 +40,7 @@ test: vet
 # The main job: a simulated cluster of real machine shapes, the same workload
 # through nicaffinity and through the default scheduler (about a minute).
 demo:
-	$(GO) run ./cmd/nicaffinity simulate --report $(DEMO_REPORT)
+	$(GO) run ./cmd/nicaffinity-sim simulate --report $(DEMO_REPORT)
 
 # The topology of a bundled real machine, as nvidia-smi topo -m prints it.
 demo-topo:
@@ -51,7 +51,7 @@ demo-topo:
 NODES ?= 1000
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
-	$(GO) run ./cmd/nicaffinity bench --nodes $(NODES) --pods $(NODES)
+	$(GO) run ./cmd/nicaffinity-sim bench --nodes $(NODES) --pods $(NODES)
 
 # Short runs of every fuzz target; FUZZTIME=5m for a real session.
 fuzz:

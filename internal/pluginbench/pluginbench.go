@@ -1,5 +1,5 @@
 // Package pluginbench holds the NICAffinity plugin's micro-benchmarks, so
-// that `go test -bench` (pkg/plugins/nicaffinity) and `nicaffinity bench`
+// that `go test -bench` (pkg/plugins/nicaffinity) and `nicaffinity-sim bench`
 // (testing.Benchmark, no Go toolchain needed) run the same code.
 package pluginbench
 

@@ -31,18 +31,25 @@ import (
 // BenchSpec is a scheduler_perf-style measurement.
 type BenchSpec struct {
 	Nodes int
-	// Pods per batch; batches run A B B A (nicaffinity, default, default, nicaffinity).
+	// Pods per batch; each round runs A B B A (the profile under test, the
+	// default profile, the default profile, the profile under test).
 	Pods int
-	// DefaultFirst runs B A A B instead, to check that the order does not
-	// favour one profile.
+	// Rounds repeats the batches in one process (one set of nodes), the
+	// order turning round after round (A B B A, then B A A B), so that one
+	// run gives several ratios, half of them in each order.
+	Rounds int
+	// DefaultFirst starts with B A A B instead.
 	DefaultFirst bool
 	// SchedulerConfig replaces the shipped KubeSchedulerConfiguration; it
-	// must have a nicaffinity-scheduler profile (the default-scheduler
-	// profile is added).
+	// must have the profiles under test (the default-scheduler profile is
+	// added).
 	SchedulerConfig string
+	// Profiles are the profiles under test, each measured against the
+	// default profile in rounds of its own. Default: nicaffinity-scheduler.
+	Profiles []string
 }
 
-// BenchResult is what one profile measured over its two batches.
+// BenchResult is what one profile measured over all its batches.
 type BenchResult struct {
 	Scheduler  string  `json:"scheduler"`
 	PodsPerSec float64 `json:"podsPerSecond"`
@@ -64,13 +71,35 @@ type BenchResult struct {
 	Attempts map[string]int `json:"attempts"`
 }
 
+// BenchRound is one A B B A (or B A A B) of a profile against the default.
+type BenchRound struct {
+	Profile string `json:"profile"`
+	// Order is "ABBA" or "BAAB" (B: the default profile).
+	Order      string  `json:"order"`
+	PodsPerSec float64 `json:"podsPerSecond"`
+	DefaultPPS float64 `json:"defaultPodsPerSecond"`
+	Ratio      float64 `json:"ratio"`
+}
+
+// BenchReport is a whole run.
+type BenchReport struct {
+	Results []BenchResult `json:"results"`
+	Rounds  []BenchRound  `json:"rounds"`
+	// Ratio is the first profile under test over the default, over all
+	// batches.
+	Ratio float64 `json:"throughputRatio"`
+}
+
 // Bench runs the batches against one apiserver with Nodes HGX H100 nodes
 // (Node objects and published NodeResourceTopology, no kubelets: only
-// scheduling is measured) and returns both profiles and the throughput ratio
-// nicaffinity / default.
-func Bench(ctx context.Context, spec BenchSpec, progress io.Writer) ([]BenchResult, float64, error) {
-	var results []BenchResult
-	ratio := 0.0
+// scheduling is measured).
+func Bench(ctx context.Context, spec BenchSpec, progress io.Writer) (*BenchReport, error) {
+	report := &BenchReport{}
+	if len(spec.Profiles) == 0 {
+		spec.Profiles = Schedulers[:1]
+	}
+	def := Schedulers[1]
+	all := append(append([]string{}, spec.Profiles...), def)
 	env := runenv.New("bench")
 	defer env.Close()
 	err := env.Run(func() {
@@ -89,15 +118,15 @@ func Bench(ctx context.Context, spec BenchSpec, progress io.Writer) ([]BenchResu
 		if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
 			env.Fatalf("%v", err)
 		}
-		sched, err := benchConfig(spec.SchedulerConfig)
+		sched, err := benchConfig(spec.SchedulerConfig, spec.Profiles)
 		if err != nil {
 			env.Fatalf("%v", err)
 		}
 		schedulertest.Start(env, cp, sched)
-		// Warm both profiles up first, unmeasured: the first batch after
+		// Warm every profile up first, unmeasured: the first batch after
 		// start pays for cold caches and heap growth, which A B B A alone
 		// would charge to A.
-		for i, s := range Schedulers {
+		for i, s := range all {
 			if _, err := runBatch(ctx, kube, s, fmt.Sprintf("w%d", i), max(1, spec.Pods/4)); err != nil {
 				env.Fatalf("warm-up (%s): %v", s, err)
 			}
@@ -107,33 +136,49 @@ func Bench(ctx context.Context, spec BenchSpec, progress io.Writer) ([]BenchResu
 		if err != nil {
 			env.Fatalf("%v", err)
 		}
-		order := []string{Schedulers[0], Schedulers[1], Schedulers[1], Schedulers[0]}
-		if spec.DefaultFirst {
-			order = []string{Schedulers[1], Schedulers[0], Schedulers[0], Schedulers[1]}
-		}
-		for i, s := range order {
-			b, err := runBatch(ctx, kube, s, fmt.Sprintf("b%d", i), spec.Pods)
-			if err != nil {
-				env.Fatalf("batch %d (%s): %v", i, s, err)
+		n := 0
+		for r := 0; r < max(1, spec.Rounds); r++ {
+			for _, p := range spec.Profiles {
+				defaultFirst := spec.DefaultFirst != (r%2 == 1)
+				order, name := []string{p, def, def, p}, "ABBA"
+				if defaultFirst {
+					order, name = []string{def, p, p, def}, "BAAB"
+				}
+				round := map[string]*batchTotals{}
+				for _, s := range order {
+					b, err := runBatch(ctx, kube, s, fmt.Sprintf("b%d", n), spec.Pods)
+					n++
+					if err != nil {
+						env.Fatalf("round %d, %s: %v", r+1, s, err)
+					}
+					if progress != nil {
+						fmt.Fprintf(progress, "  round %d %-26s %6.0f pods/s\n", r+1, s, float64(spec.Pods)/b.elapsed.Seconds())
+					}
+					for _, t := range []map[string]*batchTotals{per, round} {
+						if t[s] == nil {
+							t[s] = &batchTotals{}
+						}
+						t[s].elapsed += b.elapsed
+						t[s].pods += spec.Pods
+					}
+					per[s].latencies = append(per[s].latencies, b.latencies...)
+				}
+				br := BenchRound{Profile: p, Order: name, PodsPerSec: round[p].rate(), DefaultPPS: round[def].rate()}
+				br.Ratio = br.PodsPerSec / br.DefaultPPS
+				report.Rounds = append(report.Rounds, br)
+				if progress != nil {
+					fmt.Fprintf(progress, "  round %d %s %s: ratio %.3f\n", r+1, p, name, br.Ratio)
+				}
 			}
-			if progress != nil {
-				fmt.Fprintf(progress, "  batch %d %-22s %6.0f pods/s\n", i+1, s, float64(spec.Pods)/b.elapsed.Seconds())
-			}
-			if per[s] == nil {
-				per[s] = &batchTotals{}
-			}
-			per[s].elapsed += b.elapsed
-			per[s].pods += spec.Pods
-			per[s].latencies = append(per[s].latencies, b.latencies...)
 		}
 		after, err := legacyregistry.DefaultGatherer.Gather()
 		if err != nil {
 			env.Fatalf("%v", err)
 		}
-		for _, s := range Schedulers {
+		for _, s := range all {
 			t := per[s]
 			sort.Slice(t.latencies, func(a, b int) bool { return t.latencies[a] < t.latencies[b] })
-			r := BenchResult{Scheduler: s, PodsPerSec: float64(t.pods) / t.elapsed.Seconds(),
+			r := BenchResult{Scheduler: s, PodsPerSec: t.rate(),
 				LatencyP50Ms: ms(t.latencies[len(t.latencies)/2]), LatencyP99Ms: ms(t.latencies[min(len(t.latencies)-1, len(t.latencies)*99/100)]),
 				ExtensionPointsP50Ms: map[string]float64{}, ExtensionPointsP99Ms: map[string]float64{}}
 			attempts := histogramDelta(before, after, "scheduler_scheduling_attempt_duration_seconds", map[string]string{"profile": s, "result": "scheduled"})
@@ -151,17 +196,17 @@ func Bench(ctx context.Context, spec BenchSpec, progress io.Writer) ([]BenchResu
 					r.Attempts[result] = int(n)
 				}
 			}
-			results = append(results, r)
+			report.Results = append(report.Results, r)
 		}
-		ratio = results[0].PodsPerSec / results[1].PodsPerSec
+		report.Ratio = report.Results[0].PodsPerSec / report.Results[len(report.Results)-1].PodsPerSec
 	})
-	return results, ratio, err
+	return report, err
 }
 
 // benchConfig is the configuration under test plus the default profile,
 // with the client's rate limit lifted as scheduler_perf does, so that the
 // measurement is the scheduler's work, not 50 requests a second.
-func benchConfig(custom string) (string, error) {
+func benchConfig(custom string, under []string) (string, error) {
 	cfg := custom
 	if cfg == "" {
 		var err error
@@ -171,14 +216,16 @@ func benchConfig(custom string) (string, error) {
 	}
 	return schedulertest.Edit(cfg, func(doc map[string]any) error {
 		profiles, _ := doc["profiles"].([]any)
-		found := false
-		for _, p := range profiles {
-			if m, ok := p.(map[string]any); ok && m["schedulerName"] == Schedulers[0] {
-				found = true
+		for _, want := range under {
+			found := false
+			for _, p := range profiles {
+				if m, ok := p.(map[string]any); ok && m["schedulerName"] == want {
+					found = true
+				}
 			}
-		}
-		if !found {
-			return fmt.Errorf("scheduler configuration: no profile named %s", Schedulers[0])
+			if !found {
+				return fmt.Errorf("scheduler configuration: no profile named %s", want)
+			}
 		}
 		doc["profiles"] = append(profiles, map[string]any{"schedulerName": Schedulers[1]})
 		doc["clientConnection"] = map[string]any{"qps": 5000, "burst": 5000}
@@ -191,6 +238,8 @@ type batchTotals struct {
 	pods      int
 	latencies []time.Duration
 }
+
+func (t *batchTotals) rate() float64 { return float64(t.pods) / t.elapsed.Seconds() }
 
 type batch struct {
 	elapsed   time.Duration

@@ -16,9 +16,13 @@ import (
 // TestBench runs the A B B A measurement on a small cluster: both profiles
 // bind every pod and report a throughput.
 func TestBench(t *testing.T) {
-	results, ratio, err := Bench(context.Background(), BenchSpec{Nodes: 20, Pods: 60}, nil)
+	report, err := Bench(context.Background(), BenchSpec{Nodes: 20, Pods: 60, Rounds: 2}, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	results, ratio := report.Results, report.Ratio
+	if len(report.Rounds) != 2 || report.Rounds[0].Order != "ABBA" || report.Rounds[1].Order != "BAAB" || report.Rounds[1].Ratio <= 0 {
+		t.Errorf("rounds: %+v, want ABBA then BAAB with a ratio each", report.Rounds)
 	}
 	for _, r := range results {
 		if r.PodsPerSec <= 0 || r.LatencyP99Ms < r.LatencyP50Ms {

@@ -182,13 +182,13 @@ var legend = []legendItem{
 }
 
 var page = template.Must(template.New("report").Parse(`<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>nicaffinity simulate</title>
+<html lang="en"><head><meta charset="utf-8"><title>nicaffinity-sim simulate</title>
 <style>
 body{font-family:system-ui,sans-serif;margin:2em;max-width:62em;color:#222}
 table{border-collapse:collapse}td,th{padding:.2em .8em;text-align:right}td:first-child,th:first-child{text-align:left}
 tr:nth-child(even){background:#f4f4f4}svg text{font-size:11px;fill:#444}.sw{display:inline-block;width:1em;height:1em;vertical-align:middle;margin-right:.3em}
 </style></head><body>
-<h1>nicaffinity simulate</h1>
+<h1>nicaffinity-sim simulate</h1>
 <p>{{.Report.Nodes}} nodes, {{.Report.GPUs}} GPUs ({{.Report.AlignedGPUs}} next to a NIC at PIX/PXB), {{.Report.Workload.Jobs}} jobs;
 the same workload replayed through each scheduler on a fresh cluster. Offline bound: at most {{.Report.Bound.Jobs}} of {{.Report.Bound.RDMAJobs}} RDMA jobs
 can be GPUDirect-eligible ({{.Report.Bound.Alignable}} fit some node's aligned GPUs at all).</p>

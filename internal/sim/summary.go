@@ -44,7 +44,7 @@ type Result struct {
 	GPUDirectShare float64 `json:"gpuDirectShare"`
 	Fragmentation  Frag    `json:"fragmentation"`
 	// PodsPerSecond is bound jobs over the time from the first submission
-	// to the last bind: arrivals pace it here (nicaffinity bench measures
+	// to the last bind: arrivals pace it here (nicaffinity-sim bench measures
 	// the scheduler's own rate).
 	PodsPerSecond float64 `json:"podsPerSecond"`
 	// Submission to bound, and submission to Running.

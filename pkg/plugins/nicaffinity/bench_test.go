@@ -8,7 +8,7 @@ import (
 )
 
 // BenchmarkFilter and BenchmarkScore run the shared micro-benchmarks
-// (nicaffinity bench prints the same ones).
+// (nicaffinity-sim bench prints the same ones).
 func BenchmarkFilter(b *testing.B) { run(b, "Filter/") }
 
 func BenchmarkScore(b *testing.B) { run(b, "Score/") }

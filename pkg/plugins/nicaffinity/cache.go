@@ -3,7 +3,9 @@ package nicaffinity
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
@@ -21,27 +23,43 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 )
 
-// Cache is the plugin's view of NodeResourceTopology objects.
+// Cache is the plugin's view of the nodes' NodeResourceTopology objects.
 //
-// Objects are compiled (nrt.Compile) once when they change; View hands out
-// immutable per-node views that Filter and Score read without locking or
-// allocating. The cache also holds what this scheduler reserved and the
-// objects do not show yet: a reservation is dropped when the node's object
-// carries the pod-set fingerprint of the pods the scheduler sees on that node
-// (the exporter counted them), when the pod goes away, or after
-// ReservationTimeout.
-type Cache interface {
-	// View returns the node's view, or nil and why the node has no usable object.
-	View(node string) (*nodeView, string)
-	// lookup is View for the hot path: what was published for the node.
-	lookup(node string) hotView
-	// uniformScore is the score every counted node gives a common
-	// request, if they all give the same (kinds: spread.go).
-	uniformScore(gpus, kind int) (int64, bool)
-	// Reserve holds GPUs and VFs (per NIC index, per resource) for a pod.
-	Reserve(node string, pod types.UID, gpus nrt.GPUSet, vfs map[int]map[string]int64)
-	// Unreserve drops the pod's reservation.
-	Unreserve(node string, pod types.UID)
+// An object is compiled (nrt.Compile) once when it changes. For each node
+// the cache publishes an immutable nodeView: the compiled object minus
+// what this scheduler reserved and the object does not count yet, with the
+// answers to common requests precomputed. Filter and Score read views
+// without a lock and without allocating.
+//
+// Invariants:
+//   - Writers (object events, Reserve, Unreserve, expiry, node deletion)
+//     hold mu and publish each change as a new view; a view is never
+//     modified once published.
+//   - cells maps each known node to the cell holding its current view. The
+//     map itself is replaced whole, only when a node appears or goes, so
+//     readers load one pointer and never race a writer; a node's later
+//     views go into its cell.
+//   - A reservation is dropped when the node's object carries the pod-set
+//     fingerprint of the pods the scheduler sees on that node (the exporter
+//     counted them), when the pod goes away, or after the timeout.
+//   - A node's entry, its cell and its reservations go when its object or
+//     its Node is deleted, so a cluster that replaces nodes does not grow
+//     the cache.
+type Cache struct {
+	mu      sync.Mutex
+	nodes   map[string]*nodeEntry
+	podNode map[types.UID]string
+	cells   atomic.Pointer[map[string]*atomic.Pointer[nodeView]]
+	// spread tells PreScore when every node scores alike (spread.go).
+	spread scoreSpread
+	// precompute fills each new view's answers (the plugin sets it).
+	precompute func(*nodeView)
+	timeout    time.Duration
+	now        func() time.Time
+
+	// Set when the cache follows informers (newInformerCache).
+	gpuResource string
+	pods        cache.Indexer
 }
 
 type reservation struct {
@@ -54,91 +72,85 @@ type nodeEntry struct {
 	compiled *nrt.Compiled
 	err      string
 	reserved map[types.UID]reservation
-	view     *nodeView
 	// expires is when the oldest reservation runs out (zero: none), kept by
-	// rebuild so View checks one time, not every reservation.
+	// rebuild so the sweep checks one time per node.
 	expires time.Time
-	// hot is what was last published, counted in the store's spread.
-	hot hotView
-}
-
-// store is the cache's state, shared by the informer-backed cache and tests.
-//
-// Writers (object updates, Reserve, Unreserve) serialize on mu and publish
-// each node's new view into views; View, which Filter and Score call for
-// every node of every cycle from many goroutines, reads views without
-// taking mu, so a writer never stalls the scheduling cycle.
-type store struct {
-	mu    sync.RWMutex
-	nodes map[string]*nodeEntry
-	// views finds each node's published view without the lock (viewindex.go).
-	views viewIndex
-	// spread tells PreScore when every node scores alike (spread.go).
-	spread  scoreSpread
-	podNode map[types.UID]string
-	// precompute fills each new view's answers (the plugin sets it).
-	precompute func(*nodeView)
-	timeout    time.Duration
-	now        func() time.Time
-}
-
-// published is what View hands out for a node, replaced whole by rebuild.
-type published struct {
+	// view is the published view, counted in the spread.
 	view *nodeView
-	why  string
 }
 
 // NewStaticCache is a cache over fixed objects, with no informers: for
 // benchmarks and tools that run the plugin outside a scheduler. Nothing
 // sweeps its reservations; they last until Unreserve.
-func NewStaticCache(args *Args, objs ...*v1alpha2.NodeResourceTopology) Cache {
-	st := newStore(args.ReservationTimeout.Duration)
+func NewStaticCache(args *Args, objs ...*v1alpha2.NodeResourceTopology) *Cache {
+	c := newCache(args.ReservationTimeout.Duration, args.GPUResourceName)
 	for _, o := range objs {
-		c, err := nrt.Compile(o, args.GPUResourceName)
-		st.set(o.Name, c, err, false)
+		compiled, err := nrt.Compile(o, args.GPUResourceName)
+		c.set(o.Name, compiled, err, false)
 	}
-	return st
+	return c
 }
 
-func newStore(timeout time.Duration) *store {
-	return &store{nodes: map[string]*nodeEntry{}, podNode: map[types.UID]string{}, timeout: timeout, now: time.Now}
+func newCache(timeout time.Duration, gpuResource string) *Cache {
+	c := &Cache{nodes: map[string]*nodeEntry{}, podNode: map[types.UID]string{}, timeout: timeout, now: time.Now, gpuResource: gpuResource}
+	c.cells.Store(&map[string]*atomic.Pointer[nodeView]{})
+	return c
 }
 
-func (s *store) entry(node string) *nodeEntry {
-	e, ok := s.nodes[node]
+// view is the node's published view, nil if it has none. Filter and Score
+// call it for every node of every cycle.
+func (c *Cache) view(node string) *nodeView {
+	if cell := (*c.cells.Load())[node]; cell != nil {
+		return cell.Load()
+	}
+	return nil
+}
+
+// View is the node's view, or nil and why the node has no usable object.
+func (c *Cache) View(node string) (*nodeView, string) {
+	v := c.view(node)
+	switch {
+	case v == nil:
+		return nil, "no NodeResourceTopology for this node"
+	case v.c == nil:
+		return nil, "NodeResourceTopology cannot be read: " + v.why
+	}
+	return v, ""
+}
+
+// uniformScore is the score every counted node gives a common request, if
+// they all give the same (kinds: spread.go).
+func (c *Cache) uniformScore(gpus, kind int) (int64, bool) { return c.spread.uniform(gpus, kind) }
+
+func (c *Cache) entry(node string) *nodeEntry {
+	e, ok := c.nodes[node]
 	if !ok {
 		e = &nodeEntry{reserved: map[types.UID]reservation{}}
-		s.nodes[node] = e
+		c.nodes[node] = e
 	}
 	return e
 }
 
-// View implements Cache.
-func (s *store) View(node string) (*nodeView, string) {
-	return s.lookup(node).viewOrWhy()
-}
-
-// lookup implements Cache: the node's published view (pub nil if none was
-// ever published).
-func (s *store) lookup(node string) hotView {
-	return s.views.load(node)
-}
-
-// uniformScore implements Cache.
-func (s *store) uniformScore(gpus, kind int) (int64, bool) { return s.spread.uniform(gpus, kind) }
-
 // expireDue drops reservations older than the timeout on every node. The
 // informer-backed cache calls it on a ticker (sweepInterval) rather than
-// checking the clock on every lookup: the timeout is minutes, and the
+// checking the clock in every lookup: the timeout is minutes, and the
 // lookup runs for every node of every cycle.
-func (s *store) expireDue() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	for node, e := range s.nodes {
-		if !e.expires.IsZero() && now.After(e.expires) {
-			s.expire(node)
+func (c *Cache) expireDue() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	for node, e := range c.nodes {
+		if e.expires.IsZero() || !now.After(e.expires) {
+			continue
 		}
+		for uid, r := range e.reserved {
+			if now.Sub(r.at) > c.timeout {
+				klog.InfoS("Dropping a reservation the NodeResourceTopology never confirmed", "node", node, "pod", uid, "age", now.Sub(r.at))
+				delete(e.reserved, uid)
+				delete(c.podNode, uid)
+			}
+		}
+		c.rebuild(node)
 	}
 }
 
@@ -148,116 +160,113 @@ func sweepInterval(timeout time.Duration) time.Duration {
 	return max(time.Second, min(10*time.Second, timeout/10))
 }
 
-// viewOrWhy is the view, or nil and why the node has no usable object.
-func (p *published) viewOrWhy() (*nodeView, string) {
-	switch {
-	case p == nil || (p.view == nil && p.why == ""):
-		return nil, "no NodeResourceTopology for this node"
-	case p.view == nil:
-		return nil, "NodeResourceTopology cannot be read: " + p.why
-	}
-	return p.view, ""
-}
-
-func (s *store) expire(node string) {
-	e := s.nodes[node]
-	for uid, r := range e.reserved {
-		if s.now().Sub(r.at) > s.timeout {
-			klog.InfoS("Dropping a reservation the NodeResourceTopology never confirmed", "node", node, "pod", uid, "age", s.now().Sub(r.at))
-			delete(e.reserved, uid)
-			delete(s.podNode, uid)
-		}
-	}
-	s.rebuild(node)
-}
-
 // set stores a (re)compiled object, or why it could not be compiled.
-func (s *store) set(node string, c *nrt.Compiled, err error, confirmed bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := s.entry(node)
-	e.compiled, e.err = c, ""
+// confirmed: the object counts every pod on the node, so reservations go.
+func (c *Cache) set(node string, compiled *nrt.Compiled, err error, confirmed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entry(node)
+	e.compiled, e.err = compiled, ""
 	if err != nil {
 		e.compiled, e.err = nil, err.Error()
 	}
 	if confirmed {
 		for uid := range e.reserved {
-			delete(s.podNode, uid)
+			delete(c.podNode, uid)
 		}
-		e.reserved = map[types.UID]reservation{}
+		clear(e.reserved)
 	}
-	s.rebuild(node)
+	c.rebuild(node)
 }
 
-func (s *store) remove(node string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e, ok := s.nodes[node]; ok {
-		e.compiled, e.err = nil, ""
-		s.rebuild(node)
+// remove forgets a node: its object, its reservations and its cell.
+func (c *Cache) remove(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.nodes[node]
+	if !ok {
+		return
 	}
+	for uid := range e.reserved {
+		delete(c.podNode, uid)
+	}
+	c.spread.replace(e.view, nil)
+	delete(c.nodes, node)
+	cells := maps.Clone(*c.cells.Load())
+	delete(cells, node)
+	c.cells.Store(&cells)
 }
 
-// Reserve implements Cache.
-func (s *store) Reserve(node string, pod types.UID, gpus nrt.GPUSet, vfs map[int]map[string]int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.entry(node).reserved[pod] = reservation{gpus: gpus, vfs: vfs, at: s.now()}
-	s.podNode[pod] = node
-	s.rebuild(node)
+// Reserve holds GPUs and VFs (per NIC index, per resource) for a pod.
+func (c *Cache) Reserve(node string, pod types.UID, gpus nrt.GPUSet, vfs map[int]map[string]int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.entry(node).reserved[pod] = reservation{gpus: gpus, vfs: vfs, at: c.now()}
+	c.podNode[pod] = node
+	c.rebuild(node)
 }
 
-// Unreserve implements Cache.
-func (s *store) Unreserve(node string, pod types.UID) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e, ok := s.nodes[node]; ok {
+// Unreserve drops the pod's reservation.
+func (c *Cache) Unreserve(node string, pod types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.nodes[node]; ok {
 		delete(e.reserved, pod)
-		delete(s.podNode, pod)
-		s.rebuild(node)
+		delete(c.podNode, pod)
+		c.rebuild(node)
 	}
 }
 
 // forgetPod drops a pod's reservations wherever they are.
-func (s *store) forgetPod(pod types.UID) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	node, ok := s.podNode[pod]
+func (c *Cache) forgetPod(pod types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	node, ok := c.podNode[pod]
 	if !ok {
 		return
 	}
-	delete(s.podNode, pod)
-	if e := s.nodes[node]; e != nil {
+	delete(c.podNode, pod)
+	if e := c.nodes[node]; e != nil {
 		delete(e.reserved, pod)
-		s.rebuild(node)
+		c.rebuild(node)
 	}
 }
 
-// rebuild makes a new immutable view: the object's free GPUs and VFs minus reservations.
-func (s *store) rebuild(node string) {
-	e := s.nodes[node]
+// rebuild publishes a new view of a node: the object's free GPUs and VFs
+// minus reservations. The caller holds mu.
+func (c *Cache) rebuild(node string) {
+	e := c.nodes[node]
 	e.expires = time.Time{}
 	for _, r := range e.reserved {
-		if at := r.at.Add(s.timeout); e.expires.IsZero() || at.Before(e.expires) {
+		if at := r.at.Add(c.timeout); e.expires.IsZero() || at.Before(e.expires) {
 			e.expires = at
 		}
 	}
-	defer func() {
-		hot := makeHotView(&published{view: e.view, why: e.err})
-		s.spread.replace(e.hot, hot)
-		e.hot = hot
-		s.views.store(node, hot)
-	}()
-	if e.compiled == nil {
-		e.view = nil
+	v := &nodeView{why: e.err}
+	if e.compiled != nil {
+		v = c.compose(e)
+	}
+	c.spread.replace(e.view, v)
+	e.view = v
+	cell := (*c.cells.Load())[node]
+	if cell == nil {
+		cell = &atomic.Pointer[nodeView]{}
+		cells := maps.Clone(*c.cells.Load())
+		cells[node] = cell
+		cell.Store(v)
+		c.cells.Store(&cells)
 		return
 	}
-	c := e.compiled
-	v := &nodeView{c: c, free: c.Free, vfFree: map[string][]int64{}, stale: len(e.reserved) > 0}
-	for n, nic := range c.NICs {
+	cell.Store(v)
+}
+
+func (c *Cache) compose(e *nodeEntry) *nodeView {
+	comp := e.compiled
+	v := &nodeView{c: comp, free: comp.Free, vfFree: map[string][]int64{}, stale: len(e.reserved) > 0}
+	for n, nic := range comp.NICs {
 		for res, free := range nic.VFs {
 			if v.vfFree[res] == nil {
-				v.vfFree[res] = make([]int64, len(c.NICs))
+				v.vfFree[res] = make([]int64, len(comp.NICs))
 			}
 			v.vfFree[res][n] = free
 		}
@@ -272,40 +281,35 @@ func (s *store) rebuild(node string) {
 			}
 		}
 	}
-	if s.precompute != nil {
-		s.precompute(v)
+	if c.precompute != nil {
+		c.precompute(v)
 	}
-	e.view = v
+	return v
 }
 
 // setPrecompute installs the plugin's answers and rebuilds the views made
 // before it.
-func (s *store) setPrecompute(f func(*nodeView)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.precompute = f
-	for node := range s.nodes {
-		s.rebuild(node)
+func (c *Cache) setPrecompute(f func(*nodeView)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.precompute = f
+	for node := range c.nodes {
+		c.rebuild(node)
 	}
-}
-
-// informerCache feeds the store from an NRT informer and the scheduler's pod informer.
-type informerCache struct {
-	*store
-	gpuResource string
-	pods        cache.Indexer
 }
 
 const nodeNameIndex = "nicaffinity.io/spec.nodeName"
 
-func newInformerCache(ctx context.Context, h fwk.Handle, args *Args) (*informerCache, error) {
+// newInformerCache feeds a cache from an NRT informer and the scheduler's
+// pod and node informers.
+func newInformerCache(ctx context.Context, h fwk.Handle, args *Args) (*Cache, error) {
 	cfg := rest.CopyConfig(h.KubeConfig())
 	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
 	client, err := nrtclient.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	c := &informerCache{store: newStore(args.ReservationTimeout.Duration), gpuResource: args.GPUResourceName}
+	c := newCache(args.ReservationTimeout.Duration, args.GPUResourceName)
 	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()
 	// The fingerprint check lists the pods of one node; an index keeps it
 	// O(pods on the node). If the informer already runs, fall back to a scan.
@@ -325,11 +329,17 @@ func newInformerCache(ctx context.Context, h fwk.Handle, args *Args) (*informerC
 		AddFunc:    func(obj interface{}) { c.adoptPlan(obj) },
 		UpdateFunc: func(_, obj interface{}) { c.adoptPlan(obj) },
 		DeleteFunc: func(obj interface{}) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if p, ok := obj.(*v1.Pod); ok {
+			if p, ok := deletedObject(obj).(*v1.Pod); ok {
 				c.forgetPod(p.UID)
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj interface{}) {
+			if n, ok := deletedObject(obj).(*v1.Node); ok {
+				c.remove(n.Name)
 			}
 		},
 	}); err != nil {
@@ -342,10 +352,7 @@ func newInformerCache(ctx context.Context, h fwk.Handle, args *Args) (*informerC
 		AddFunc:    func(obj interface{}) { c.update(obj) },
 		UpdateFunc: func(_, obj interface{}) { c.update(obj) },
 		DeleteFunc: func(obj interface{}) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if o, ok := obj.(*v1alpha2.NodeResourceTopology); ok {
+			if o, ok := deletedObject(obj).(*v1alpha2.NodeResourceTopology); ok {
 				c.remove(o.Name)
 			}
 		},
@@ -373,9 +380,17 @@ func newInformerCache(ctx context.Context, h fwk.Handle, args *Args) (*informerC
 	return c, nil
 }
 
+// deletedObject unwraps an informer's tombstone.
+func deletedObject(obj interface{}) interface{} {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}
+
 // adoptPlan reserves the planned GPUs of a bound pod this cache holds no
 // reservation for, unless the node's object already counts the pod.
-func (c *informerCache) adoptPlan(obj interface{}) {
+func (c *Cache) adoptPlan(obj interface{}) {
 	p, ok := obj.(*v1.Pod)
 	if !ok || p.Spec.NodeName == "" || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
 		return
@@ -384,25 +399,17 @@ func (c *informerCache) adoptPlan(obj interface{}) {
 	if !ok {
 		return
 	}
-	// Most updates are of pods this scheduler reserved itself: check that
-	// under the read lock, so Filter goroutines are not held up.
-	c.mu.RLock()
-	e, ok := c.nodes[p.Spec.NodeName]
-	held := ok && e.reserved[p.UID].gpus != 0
-	c.mu.RUnlock()
-	if !ok || held {
-		return
-	}
-	plan, err := annotations.ParseAllocation(s)
-	if err != nil || plan.Node != p.Spec.NodeName {
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e.compiled == nil {
+	e, ok := c.nodes[p.Spec.NodeName]
+	if !ok || e.compiled == nil {
 		return
 	}
 	if _, held := e.reserved[p.UID]; held {
+		return // most updates are of pods this scheduler reserved itself
+	}
+	plan, err := annotations.ParseAllocation(s)
+	if err != nil || plan.Node != p.Spec.NodeName {
 		return
 	}
 	if e.compiled.Fingerprint != "" && e.compiled.Fingerprint == c.fingerprintOf(plan.Node) {
@@ -424,35 +431,35 @@ func (c *informerCache) adoptPlan(obj interface{}) {
 	c.rebuild(plan.Node)
 }
 
-func (c *informerCache) update(obj interface{}) {
+func (c *Cache) update(obj interface{}) {
 	if o, ok := obj.(*v1alpha2.NodeResourceTopology); ok {
 		c.observe(o)
 	}
 }
 
-// observe compiles an object unless its version is already in. The
-// scheduler's queue sees NRT events through its own informer: the queueing
-// hint calls observe so the cache is never older than the event that
-// requeues a pod.
-func (c *informerCache) observe(o *v1alpha2.NodeResourceTopology) {
-	c.mu.RLock()
-	e, ok := c.nodes[o.Name]
-	seen := ok && e.compiled != nil && o.ResourceVersion != "" && e.compiled.ResourceVersion == o.ResourceVersion
-	c.mu.RUnlock()
-	if seen {
+// has reports whether the node's view was built from this version of its
+// object.
+func (c *Cache) has(node, resourceVersion string) bool {
+	v := c.view(node)
+	return v != nil && v.c != nil && resourceVersion != "" && v.c.ResourceVersion == resourceVersion
+}
+
+// observe compiles an object unless its version is already in.
+func (c *Cache) observe(o *v1alpha2.NodeResourceTopology) {
+	if c.has(o.Name, o.ResourceVersion) {
 		return
 	}
 	compiled, err := nrt.Compile(o, c.gpuResource)
 	if err != nil {
 		klog.InfoS("NodeResourceTopology cannot be read; the node counts as topology unknown", "node", o.Name, "err", err)
 	}
-	confirmed := compiled != nil && compiled.Fingerprint != "" && compiled.Fingerprint == c.fingerprintOf(o.Name)
+	confirmed := compiled != nil && compiled.Fingerprint != "" && c.pods != nil && compiled.Fingerprint == c.fingerprintOf(o.Name)
 	c.set(o.Name, compiled, err, confirmed)
 }
 
 // fingerprintOf computes the pod-set fingerprint of the pods the scheduler
 // sees on a node, as the exporter does from the kubelet's list.
-func (c *informerCache) fingerprintOf(node string) string {
+func (c *Cache) fingerprintOf(node string) string {
 	objs, err := c.pods.ByIndex(nodeNameIndex, node)
 	if err != nil {
 		objs = nil

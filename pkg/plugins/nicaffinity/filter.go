@@ -14,7 +14,7 @@ import (
 // at the pod's level or closer (with free VFs where the pod asks for VFs):
 // a joint search over GPUs and NICs, not GPU-first greedy.
 func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
-	s, err := pl.stateOf(cycle)
+	s, err := getState(cycle)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
@@ -25,13 +25,7 @@ func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod
 	if !req.rdma || !req.required {
 		return nil // only scored: every node passes
 	}
-	// The common case passes on what the index holds inline; everything
-	// else, rejections included, reads the view.
-	hot := pl.cache.lookup(nodeInfo.Node().Name)
-	if req.common && req.gpus < hot.answered() && hot.feasible(req.gpus) && (!hot.stale() || pl.args.StaleTopology != StaleReject) {
-		return nil
-	}
-	v, why := hot.viewOrWhy()
+	v, why := pl.cache.View(nodeInfo.Node().Name)
 	if v == nil {
 		if pl.args.MissingTopology == MissingIgnore {
 			return nil

@@ -40,14 +40,14 @@ func handNRT(node string, free ...int) *v1alpha2.NodeResourceTopology {
 	return nrttest.HalfNICs(node, free...)
 }
 
-func newTestPlugin(t testing.TB, mutate func(*Args), objs ...*v1alpha2.NodeResourceTopology) (*NICAffinity, *store) {
+func newTestPlugin(t testing.TB, mutate func(*Args), objs ...*v1alpha2.NodeResourceTopology) (*NICAffinity, *Cache) {
 	t.Helper()
 	args := &Args{}
 	if mutate != nil {
 		mutate(args)
 	}
 	args.SetDefaults()
-	st := newStore(args.ReservationTimeout.Duration)
+	st := newCache(args.ReservationTimeout.Duration, args.GPUResourceName)
 	for _, o := range objs {
 		c, err := nrt.Compile(o, args.GPUResourceName)
 		st.set(o.Name, c, err, false)

@@ -418,7 +418,7 @@ func TestQueueingHints(t *testing.T) {
 // TestStoreLifecycle follows one node through the store's writers and checks
 // what View publishes after each, and that the pod index forgets pods.
 func TestStoreLifecycle(t *testing.T) {
-	st := newStore(time.Minute)
+	st := newCache(time.Minute, "nvidia.com/gpu")
 	if v, why := st.View("n"); v != nil || why != "no NodeResourceTopology for this node" {
 		t.Errorf("unknown node: %v %q", v, why)
 	}
@@ -506,17 +506,8 @@ func TestPrecomputedAnswers(t *testing.T) {
 		checked := 0
 		for _, o := range objs {
 			v, _ := st.View(o.Name)
-			if len(v.answers) != len(v.c.GPUs) {
-				t.Fatalf("%s: %d answers for %d GPUs", o.Name, len(v.answers), len(v.c.GPUs))
-			}
-			hot := st.lookup(o.Name)
-			if hot.answered() != min(len(v.c.GPUs), maxInlineGPUs) || hot.gpus() != len(v.c.GPUs) {
-				t.Fatalf("%s: published %d answers for %d GPUs", o.Name, hot.answered(), hot.gpus())
-			}
-			for g := 0; g < hot.answered(); g++ {
-				if a := v.answers[g]; hot.feasible(g) != a.feasible || hot.scoreOf(g) != int64(a.score) || hot.plainOf(g) != int64(a.plain) {
-					t.Errorf("%s: %d GPUs: published %v/%d/%d, view %+v", o.Name, g, hot.feasible(g), hot.scoreOf(g), hot.plainOf(g), a)
-				}
+			if v.answered != len(v.c.GPUs) {
+				t.Fatalf("%s: %d answers for %d GPUs", o.Name, v.answered, len(v.c.GPUs))
 			}
 			for g := 1; g < len(v.c.GPUs); g++ {
 				for _, rdma := range []bool{true, false} {
@@ -579,18 +570,14 @@ func sixteenGPUs(t *sysfstest.Tree) {
 	}
 }
 
-// TestAnswersBeyondTheIndex: a 16-GPU node's answers for 8 or more GPUs do
-// not fit in the index's slot; Filter and Score read them from the view and
-// still agree with the search.
-func TestAnswersBeyondTheIndex(t *testing.T) {
+// TestSixteenGPUs: a 16-GPU node carries answers for every partial
+// request (1 to 15 GPUs); Filter and Score agree with the search.
+func TestSixteenGPUs(t *testing.T) {
 	obj := machineNRT(t, "big", sixteenGPUs, 0, 2)
 	pl, st := newTestPlugin(t, nil, obj)
 	v, _ := st.View("big")
-	if len(v.c.GPUs) != 16 || len(v.answers) != 16 {
-		t.Fatalf("%d GPUs, %d answers, want 16 and 16", len(v.c.GPUs), len(v.answers))
-	}
-	if hot := st.lookup("big"); hot.answered() != maxInlineGPUs || hot.gpus() != 16 {
-		t.Fatalf("index holds %d answers for %d GPUs, want %d for 16", hot.answered(), hot.gpus(), maxInlineGPUs)
+	if len(v.c.GPUs) != 16 || v.answered != 16 {
+		t.Fatalf("%d GPUs, %d answers, want 16 and 16", len(v.c.GPUs), v.answered)
 	}
 	feasible := 0
 	for g := 1; g < 16; g++ {
@@ -626,9 +613,9 @@ func TestSweepInterval(t *testing.T) {
 	}
 }
 
-// TestStateOfOtherCycles: Filter and Score find the state PreFilter wrote
-// in the last cycle without reading the cycle, and still read any other
-// cycle's own (an older cycle, a clone as preemption makes, a skipped pod).
+// TestStateOfOtherCycles: Filter and Score read each cycle's own state,
+// not the last one PreFilter wrote (an older cycle, a clone as preemption
+// makes, a skipped pod).
 func TestStateOfOtherCycles(t *testing.T) {
 	pl, _ := newTestPlugin(t, nil, handNRT("n", 0, 1, 4, 5))
 	fits, tooBig := makePod("fits", 2, nil, rdma, "1"), makePod("big", 3, nil, rdma, "1")
@@ -774,5 +761,54 @@ func TestPreScoreSkipsUniformScores(t *testing.T) {
 				t.Errorf("PreScore = %v, want skip %v", s, tc.skip)
 			}
 		})
+	}
+}
+
+// TestRemoveFreesTheEntry: a node that goes leaves nothing behind (its
+// entry, its cell, its reservations, its share of the spread), so a
+// cluster that replaces nodes does not grow the cache.
+func TestRemoveFreesTheEntry(t *testing.T) {
+	pl, st := newTestPlugin(t, nil)
+	for i := 0; i < 100; i++ {
+		node := fmt.Sprint("autoscaled-", i)
+		c, err := nrt.Compile(handNRT(node, 0, 1, 2, 3), "nvidia.com/gpu")
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.set(node, c, nil, false)
+		st.Reserve(node, types.UID(node+"-pod"), 1, nil)
+		st.remove(node)
+		st.remove(node) // twice: a Node and its object both go
+	}
+	if len(st.nodes) != 0 || len(*st.cells.Load()) != 0 || len(st.podNode) != 0 {
+		t.Errorf("after removing every node: %d entries, %d cells, %d reservations", len(st.nodes), len(*st.cells.Load()), len(st.podNode))
+	}
+	for g := 1; g < maxAnswered; g++ {
+		if st.spread.unanswered[g].Load() != 0 || st.spread.summary[g][kindPlain].Load() != 0 || st.spread.summary[g][kindAligned].Load() != 0 {
+			t.Fatalf("spread still counts removed nodes for %d GPUs", g)
+		}
+	}
+	if v, why := st.View("autoscaled-7"); v != nil || why != "no NodeResourceTopology for this node" {
+		t.Errorf("removed node: %v %q", v, why)
+	}
+	_ = pl
+}
+
+// TestQueueingHintReadsVersionFirst: once the cache holds an object's
+// version, the hint answers from the cache without converting the event's
+// object (here a body that would not convert at all).
+func TestQueueingHintReadsVersionFirst(t *testing.T) {
+	pl, st := newTestPlugin(t, nil)
+	obj := handNRT("n", 0, 1, 2)
+	obj.ResourceVersion = "42"
+	st.observe(obj)
+	u := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "n", "resourceVersion": "42"}, "zones": "not a list"}}
+	logger := klog.Background()
+	if h, err := pl.isSchedulableAfterNRTChange(logger, makePod("two", 2, nil, rdma, "1"), nil, u); err != nil || h != fwk.Queue {
+		t.Errorf("known version, 3 free, 2 wanted: %v %v, want Queue", h, err)
+	}
+	u.SetResourceVersion("43") // a new version must be converted: this one cannot be
+	if h, _ := pl.isSchedulableAfterNRTChange(logger, makePod("two", 2, nil, rdma, "1"), nil, u); h != fwk.QueueSkip {
+		t.Errorf("new version that does not convert: %v, want QueueSkip", h)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -77,6 +78,8 @@ func (pl *NICAffinity) podRequest(pod *v1.Pod) (*request, bool, error) {
 		}
 		req.required = p == annotations.PolicyRequired
 	}
+	// Map order is random; plans and signatures must not be.
+	slices.SortFunc(req.vfs, func(a, b vfRequest) int { return strings.Compare(a.resource, b.resource) })
 	req.common = len(req.vfs) == 0 && req.maxLevel == pl.defaults.maxLevel && req.required == pl.defaults.required
 	return req, true, nil
 }
@@ -90,30 +93,10 @@ func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	if !ok || takesLargestNode(nodes, v1.ResourceName(pl.args.GPUResourceName), int64(req.gpus)) {
-		pl.memo.Store(&cycleMemo{cycle: cycle})
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	s := &preFilterState{req: *req}
-	cycle.Write(stateKey, s)
-	pl.memo.Store(&cycleMemo{cycle: cycle, state: s})
+	cycle.Write(stateKey, &preFilterState{req: *req})
 	return nil, nil
-}
-
-// cycleMemo is the state PreFilter wrote in the cycle it last ran in, so
-// that Filter and Score, called for every node, find it without a lookup
-// in the cycle's map each time (one profile runs one cycle at a time).
-// Other cycles, such as the clones preemption works on, read the cycle.
-type cycleMemo struct {
-	cycle fwk.CycleState
-	state *preFilterState
-}
-
-// stateOf is getState through the memo.
-func (pl *NICAffinity) stateOf(cycle fwk.CycleState) (*preFilterState, error) {
-	if m := pl.memo.Load(); m != nil && m.cycle == cycle {
-		return m.state, nil
-	}
-	return getState(cycle)
 }
 
 // takesLargestNode: the pod asks for at least as many GPUs as the largest

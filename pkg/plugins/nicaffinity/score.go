@@ -18,7 +18,7 @@ import (
 // nodes as views change (spread.go), so this costs one load, not a pass
 // over the candidates (which cost 0.08 ms a cycle at 5000 nodes).
 func (pl *NICAffinity) PreScore(_ context.Context, cycle fwk.CycleState, _ *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
-	s, err := pl.stateOf(cycle)
+	s, err := getState(cycle)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
@@ -49,7 +49,7 @@ func (pl *NICAffinity) PreScore(_ context.Context, cycle fwk.CycleState, _ *v1.P
 // offers, the certainty that the device plugin hands out aligned GPUs, and
 // packing. Nodes without a usable object score 0.
 func (pl *NICAffinity) Score(_ context.Context, cycle fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
-	s, err := pl.stateOf(cycle)
+	s, err := getState(cycle)
 	if err != nil {
 		return 0, fwk.AsStatus(err)
 	}
@@ -57,11 +57,10 @@ func (pl *NICAffinity) Score(_ context.Context, cycle fwk.CycleState, _ *v1.Pod,
 		return 0, nil // skipped pod: every node alike
 	}
 	req := &s.req
-	hot := pl.cache.lookup(nodeInfo.Node().Name)
-	if score, ok := quickScore(hot, req); ok {
-		return score, nil
+	v := pl.cache.view(nodeInfo.Node().Name)
+	if v == nil || v.c == nil {
+		return 0, nil
 	}
-	v := hot.pub.view
 	if a, ok := v.commonAnswer(req); ok {
 		if req.rdma {
 			return int64(a.score), nil
@@ -71,29 +70,15 @@ func (pl *NICAffinity) Score(_ context.Context, cycle fwk.CycleState, _ *v1.Pod,
 	return pl.nodeScore(v, req), nil
 }
 
-// quickScore is Score's answer from what the index holds inline; ok is
-// false when it takes the view.
-func quickScore(hot hotView, req *request) (score int64, ok bool) {
-	switch {
-	case !hot.hasView():
-		return 0, true
-	case !req.common || req.gpus >= hot.answered():
-		return 0, false
-	case req.rdma:
-		return hot.scoreOf(req.gpus), true
-	}
-	return hot.plainOf(req.gpus), true
-}
-
 // precompute fills a new view's answers for common requests of 1 to
 // len(GPUs)-1 GPUs (a request of every GPU needs no search: Filter passes
 // it, Score gives MaxNodeScore).
 func (pl *NICAffinity) precompute(v *nodeView) {
-	n := len(v.c.GPUs)
+	n := min(len(v.c.GPUs), maxAnswered)
 	if n < 2 {
 		return
 	}
-	v.answers = make([]answer, n)
+	v.answered = n
 	req := pl.defaults
 	li := levelIndex(req.maxLevel)
 	for g := 1; g < n; g++ {

@@ -26,23 +26,31 @@ type vfRequest struct {
 // and what this scheduler reserved that the object does not show yet. Views
 // are immutable; the cache swaps in a new one on every change.
 type nodeView struct {
-	c *nrt.Compiled
+	// c is nil when the node's object cannot be read; why says why.
+	c   *nrt.Compiled
+	why string
 	// free are the GPUs free after reservations.
 	free nrt.GPUSet
 	// vfFree[resource][n] are NIC n's free VFs after reservations.
 	vfFree map[string][]int64
 	// stale is set while the object does not count every pod placed here.
 	stale bool
-	// answers[g] and plain[g] are Filter's and Score's answers for a common
-	// request of g GPUs with and without RDMA, computed once when the view
-	// is built: most pods ask the same few things of a node that changes
-	// far less often than it is asked (nil until the plugin sets them up).
-	answers []answer
+	// answers[g] are Filter's and Score's answers for a common request of
+	// g GPUs (0 < g < answered), computed once when the view is built: most
+	// pods ask the same few things of a node that changes far less often
+	// than it is asked. answered is 0 until the plugin sets them up.
+	answers  [maxAnswered]answer
+	answered int
 }
+
+// maxAnswered bounds the precomputed answers: requests of 1 to
+// maxAnswered-1 GPUs (nodes of up to 16 GPUs get an answer for every size
+// they can take partly); larger requests search.
+const maxAnswered = 16
 
 // commonAnswer is the view's precomputed answer for req, if it has one.
 func (v *nodeView) commonAnswer(req *request) (answer, bool) {
-	if !req.common || req.gpus >= len(v.answers) {
+	if !req.common || req.gpus >= v.answered {
 		return answer{}, false
 	}
 	return v.answers[req.gpus], true
@@ -52,8 +60,7 @@ func (v *nodeView) commonAnswer(req *request) (answer, bool) {
 // view: with RDMA, whether it fits and its score; without, its score.
 type answer struct {
 	feasible bool
-	// Scores are 0..MaxNodeScore (100): a byte each keeps a node's answers
-	// in one cache line.
+	// Scores are 0..MaxNodeScore (100).
 	score, plain uint8
 }
 

@@ -4,23 +4,23 @@ import (
 	"sync/atomic"
 )
 
-// scoreSpread counts, for each common request the index answers inline
-// (1 to maxInlineGPUs-1 GPUs), how many nodes give each score, so that
-// PreScore tells in O(1) whether every candidate node scores alike (and
-// Score has nothing to say). For RDMA it counts only the nodes where the
-// request fits aligned: the others are no candidates when alignment is
+// scoreSpread counts, for each common request that views answer without
+// a search (1 to maxAnswered-1 GPUs), how many nodes give each score, so
+// that PreScore tells in O(1) whether every candidate node scores alike
+// (and Score has nothing to say). For RDMA it counts only the nodes where
+// the request fits aligned: the others are no candidates when alignment is
 // required (Filter rejects them), and full nodes are common. Without RDMA
-// it counts every node. Writers update it under the store's lock as views
+// it counts every node. Writers update it under the cache's lock as views
 // are published; readers load one word.
 type scoreSpread struct {
 	// counts cover every value a score byte can hold, not only 0..100.
-	counts [maxInlineGPUs][2][256]int32
+	counts [maxAnswered][2][256]int32
 	// summary[g][kind] is distinct<<8 | score: how many scores nodes give,
 	// and the score when they all give one.
-	summary [maxInlineGPUs][2]atomic.Uint32
-	// unanswered[g] counts nodes that can take g GPUs but answer only
-	// through their view (all of their GPUs, or more than the index holds).
-	unanswered [maxInlineGPUs]atomic.Int32
+	summary [maxAnswered][2]atomic.Uint32
+	// unanswered[g] counts nodes that can take g GPUs but answer only by
+	// a search (requests of all their GPUs, or past maxAnswered).
+	unanswered [maxAnswered]atomic.Int32
 }
 
 // Kinds of spread.
@@ -29,31 +29,33 @@ const (
 	kindPlain   = 1 // without RDMA, over every node
 )
 
-// replace moves a node's contribution from its old view to its new one.
-func (sp *scoreSpread) replace(old, new hotView) {
+// replace moves a node's contribution from its old view to its new one
+// (either may be nil).
+func (sp *scoreSpread) replace(old, new *nodeView) {
 	sp.add(old, -1)
 	sp.add(new, 1)
 }
 
-func (sp *scoreSpread) add(h hotView, delta int32) {
-	if !h.hasView() {
+func (sp *scoreSpread) add(v *nodeView, delta int32) {
+	if v == nil || v.c == nil {
 		return // scores 0; see uniform
 	}
-	for g := 1; g < maxInlineGPUs; g++ {
-		if g >= h.answered() {
-			if g <= h.gpus() {
+	for g := 1; g < maxAnswered; g++ {
+		if g >= v.answered {
+			if g <= len(v.c.GPUs) {
 				sp.unanswered[g].Add(delta)
 			}
 			continue
 		}
-		if h.feasible(g) {
-			sp.count(g, kindAligned, h.scoreOf(g), delta)
+		a := v.answers[g]
+		if a.feasible {
+			sp.count(g, kindAligned, a.score, delta)
 		}
-		sp.count(g, kindPlain, h.plainOf(g), delta)
+		sp.count(g, kindPlain, a.plain, delta)
 	}
 }
 
-func (sp *scoreSpread) count(g, kind int, score int64, delta int32) {
+func (sp *scoreSpread) count(g, kind int, score uint8, delta int32) {
 	c := &sp.counts[g][kind][score]
 	was := *c
 	*c += delta
@@ -75,10 +77,10 @@ func (sp *scoreSpread) resummarize(g, kind int) {
 }
 
 // uniform is the one score the counted nodes give a common request of
-// gpus GPUs, if there is one and no node needs its view to answer. Nodes
+// gpus GPUs, if there is one and no node needs a search to answer. Nodes
 // without a view are not counted: they score 0.
 func (sp *scoreSpread) uniform(gpus, kind int) (int64, bool) {
-	if gpus < 1 || gpus >= maxInlineGPUs || sp.unanswered[gpus].Load() != 0 {
+	if gpus < 1 || gpus >= maxAnswered || sp.unanswered[gpus].Load() != 0 {
 		return 0, false
 	}
 	s := sp.summary[gpus][kind].Load()

@@ -46,7 +46,9 @@ lifted, as in scheduler_perf.`,
 	}
 	cmd.Flags().IntVar(&o.spec.Nodes, "nodes", 1000, "GPU nodes")
 	cmd.Flags().IntVar(&o.spec.Pods, "pods", 1000, "pods per batch")
-	cmd.Flags().BoolVar(&o.spec.DefaultFirst, "default-first", false, "run B A A B (default profile first) to check for order effects")
+	cmd.Flags().IntVar(&o.spec.Rounds, "rounds", 1, "rounds of A B B A in one process, the order turning each round (B A A B, A B B A, ...)")
+	cmd.Flags().BoolVar(&o.spec.DefaultFirst, "default-first", false, "start with B A A B (default profile first) to check for order effects")
+	cmd.Flags().StringSliceVar(&o.spec.Profiles, "profiles", nil, "profiles of --scheduler-config to measure, each against the default profile (default nicaffinity-scheduler)")
 	cmd.Flags().BoolVar(&o.micro, "micro", true, "also run the Filter/Score micro-benchmarks")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "text or json")
 	cmd.Flags().StringVar(&o.configFile, "scheduler-config", "", "KubeSchedulerConfiguration with a nicaffinity-scheduler profile to measure instead of the shipped one")
@@ -76,7 +78,10 @@ func (o *benchOptions) run(out, progress io.Writer) error {
 	if spec.Nodes <= 0 || spec.Pods <= 0 || spec.Pods > spec.Nodes*8 {
 		return fmt.Errorf("--nodes and --pods must be positive, and --pods at most 8 x --nodes")
 	}
-	fmt.Fprintf(progress, "creating %d nodes, then 4 batches of %d pods (A B B A)...\n", spec.Nodes, spec.Pods)
+	if spec.Rounds < 1 || spec.Rounds > 100 {
+		return fmt.Errorf("--rounds %d: want 1 to 100", spec.Rounds)
+	}
+	fmt.Fprintf(progress, "creating %d nodes, then %d round(s) of 4 batches of %d pods (A B B A, B A A B, ...)...\n", spec.Nodes, spec.Rounds, spec.Pods)
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
 		if err != nil {
@@ -87,7 +92,7 @@ func (o *benchOptions) run(out, progress io.Writer) error {
 			return err
 		}
 	}
-	results, ratio, err := sim.Bench(cmdContext(), spec, progress)
+	report, err := sim.Bench(cmdContext(), spec, progress)
 	if o.cpuProfile != "" {
 		pprof.StopCPUProfile()
 	}
@@ -108,14 +113,18 @@ func (o *benchOptions) run(out, progress io.Writer) error {
 	if o.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"nodes": spec.Nodes, "pods": spec.Pods, "results": results, "throughputRatio": ratio, "micro": micro})
+		return enc.Encode(map[string]any{"nodes": spec.Nodes, "pods": spec.Pods, "results": report.Results, "rounds": report.Rounds, "throughputRatio": report.Ratio, "micro": micro})
 	}
-	fmt.Fprintf(out, "%d nodes, %d pods per batch, A B B A\n", spec.Nodes, spec.Pods)
+	results, ratio := report.Results, report.Ratio
+	fmt.Fprintf(out, "%d nodes, %d pods per batch, %d round(s)\n", spec.Nodes, spec.Pods, spec.Rounds)
 	fmt.Fprintf(out, "%-24s%10s%12s%12s%14s%14s\n", "profile", "pods/s", "e2e p50 ms", "e2e p99 ms", "attempt p50", "attempt p99")
 	for _, r := range results {
 		fmt.Fprintf(out, "%-24s%10.0f%12.1f%12.1f%14.2f%14.2f\n", r.Scheduler, r.PodsPerSec, r.LatencyP50Ms, r.LatencyP99Ms, r.AttemptP50Ms, r.AttemptP99Ms)
 	}
-	fmt.Fprintf(out, "throughput ratio (nicaffinity / default): %.2f\n", ratio)
+	for _, r := range report.Rounds {
+		fmt.Fprintf(out, "round %-24s %s ratio %.3f (%.0f vs %.0f pods/s)\n", r.Profile, r.Order, r.Ratio, r.PodsPerSec, r.DefaultPPS)
+	}
+	fmt.Fprintf(out, "throughput ratio (%s / default, all batches): %.2f\n", results[0].Scheduler, ratio)
 	for _, r := range results {
 		fmt.Fprintf(out, "%s attempts: %v\n", r.Scheduler, r.Attempts)
 	}

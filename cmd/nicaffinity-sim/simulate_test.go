@@ -33,6 +33,7 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 		{[]string{"simulate", "--cluster", noVFs}, "vfShare 0.1, but no node of the cluster has SR-IOV VFs"},
 		{[]string{"bench", "--nodes", "0"}, "--nodes and --pods must be positive"},
 		{[]string{"bench", "-o", "yaml"}, `--output "yaml": want text or json`},
+		{[]string{"bench", "--rounds", "0"}, "--rounds 0: want 1 to 100"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			cmd := newRootCommand()

@@ -1,0 +1,48 @@
+package nicaffinity
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// SignerName keys NICAffinity's fragment of a pod's signature.
+const SignerName = "nicaffinity.io/request"
+
+// signature is everything of a pod that Filter and Score read: two pods
+// with equal signatures get the same answers from the same nodes. The
+// resources themselves are also signed by NodeResourcesFit; the VF list is
+// sorted (podRequest), so equal requests marshal alike.
+type signature struct {
+	GPUs     int         `json:"gpus"`
+	RDMA     bool        `json:"rdma"`
+	VFs      []signedVFs `json:"vfs,omitempty"`
+	MaxLevel string      `json:"maxLevel"`
+	Required bool        `json:"required"`
+}
+
+type signedVFs struct {
+	Resource string `json:"resource"`
+	Count    int64  `json:"count"`
+}
+
+// SignPod signs the pod's request so that the scheduler can batch pods
+// that ask alike (opportunistic batching turns off for a whole profile
+// when one of its filtering or scoring plugins cannot sign). Pods without
+// GPUs sign with no fragment: the plugin skips them. A pod whose
+// annotations cannot be read is not signed; PreFilter rejects it.
+func (pl *NICAffinity) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	req, ok, err := pl.podRequest(pod)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "pods with an unreadable nicaffinity annotation are not signable: "+err.Error())
+	}
+	if !ok {
+		return nil, nil
+	}
+	sig := signature{GPUs: req.gpus, RDMA: req.rdma, MaxLevel: req.maxLevel.String(), Required: req.required}
+	for _, vf := range req.vfs {
+		sig.VFs = append(sig.VFs, signedVFs{Resource: vf.resource, Count: vf.count})
+	}
+	return []fwk.SignFragment{{Key: SignerName, Value: sig}}, nil
+}

@@ -1,0 +1,71 @@
+package nicaffinity
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+)
+
+// TestSignPod: pods that ask alike sign alike, whatever order their
+// resources come in; anything Filter or Score reads changes the signature;
+// pods without GPUs sign with no fragment; bad annotations refuse to sign.
+func TestSignPod(t *testing.T) {
+	pl, _ := newTestPlugin(t, func(a *Args) { a.SRIOVResourceNames = []string{"vendor/vf_a", "vendor/vf_b"} })
+	base, st := signOf(t, pl, makePod("a", 2, nil, rdma, "1"))
+	if !st.IsSuccess() {
+		t.Fatalf("SignPod = %v", st)
+	}
+	want := `[{"Key":"nicaffinity.io/request","Value":{"gpus":2,"rdma":true,"maxLevel":"PXB","required":true}}]`
+	if diff := cmp.Diff(want, base); diff != "" {
+		t.Errorf("signature (-want,+got):\n%s", diff)
+	}
+	if again, _ := signOf(t, pl, makePod("b", 2, nil, rdma, "1")); again != base {
+		t.Errorf("same request, other pod: %s, want %s", again, base)
+	}
+	vfs, _ := signOf(t, pl, makePod("v", 2, nil, "vendor/vf_b", "1", "vendor/vf_a", "2"))
+	for i := 0; i < 20; i++ { // map order must not show
+		if again, _ := signOf(t, pl, makePod("v", 2, nil, "vendor/vf_a", "2", "vendor/vf_b", "1")); again != vfs {
+			t.Fatalf("VF order changed the signature: %s vs %s", again, vfs)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		sig  string
+	}{
+		{"more GPUs", must(signOf(t, pl, makePod("a", 3, nil, rdma, "1")))},
+		{"no RDMA", must(signOf(t, pl, makePod("a", 2, nil)))},
+		{"own level", must(signOf(t, pl, makePod("a", 2, map[string]string{annotations.MaxLevel: "PIX"}, rdma, "1")))},
+		{"preferred", must(signOf(t, pl, makePod("a", 2, map[string]string{annotations.Policy: "preferred"}, rdma, "1")))},
+		{"VFs", vfs},
+	} {
+		if tc.sig == base {
+			t.Errorf("%s: signs like the base pod", tc.name)
+		}
+	}
+	if sig, st := signOf(t, pl, makePod("cpu", 0, nil)); !st.IsSuccess() || sig != "null" {
+		t.Errorf("pod without GPUs: %s %v, want no fragment", sig, st)
+	}
+	if _, st := signOf(t, pl, makePod("bad", 1, map[string]string{annotations.MaxLevel: "CLOSE"})); st.Code() != fwk.Unschedulable {
+		t.Errorf("bad annotation: %v, want Unschedulable (not signable)", st)
+	}
+}
+
+func signOf(t *testing.T, pl *NICAffinity, pod *v1.Pod) (string, *fwk.Status) {
+	t.Helper()
+	frags, st := pl.SignPod(t.Context(), pod)
+	if !st.IsSuccess() {
+		return "", st
+	}
+	b, err := json.Marshal(frags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b), st
+}
+
+func must(s string, _ *fwk.Status) string { return s }
