@@ -46,7 +46,7 @@ const (
 	HealthMissing = "missing"
 )
 
-// Costs carry levels as these values (ARCHITECTURE: NV# 5, PIX 10 ... SYS 50).
+// Costs carry levels as these values (docs/nrt-schema.md: NV# 5, PIX 10 ... SYS 50).
 var levelCost = map[topology.Level]int64{
 	topology.LevelNV:   5,
 	topology.LevelPIX:  10,
@@ -80,7 +80,8 @@ type Resources struct {
 	SRIOV []string `json:"sriov,omitempty"`
 }
 
-// DefaultResources are the names of the deployment guides in shared/seeds.
+// DefaultResources are the names the NVIDIA Network Operator and SR-IOV
+// Network Operator deployments use by default.
 func DefaultResources() Resources {
 	return Resources{GPU: "nvidia.com/gpu", SRIOV: []string{"openshift.io/sriov_highnet"}}
 }

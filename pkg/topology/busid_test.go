@@ -1,6 +1,10 @@
 package topology
 
-import "testing"
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
 
 func TestNormalizeBusID(t *testing.T) {
 	tests := []struct{ in, want string }{
@@ -53,6 +57,10 @@ func TestCPUListFromMask(t *testing.T) {
 		{"80000000,00000001", "0,63"},
 		{"0", ""},
 		{"fff0000", "16-27"}, // short groups are numbers too (OCI B4.8 numaid 7)
+		{"ffffffff", "0-31"},
+		{"00000001,ffffffff", "0-32"},
+		{"80000000,00000000,00000001", "0,95"},
+		{strings.Repeat("ffffffff,", maxMaskGroups-1) + "ffffffff", fmt.Sprintf("0-%d", 32*maxMaskGroups-1)},
 	}
 	for _, tc := range tests {
 		got, err := CPUListFromMask(tc.in)
@@ -60,7 +68,7 @@ func TestCPUListFromMask(t *testing.T) {
 			t.Errorf("CPUListFromMask(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
 		}
 	}
-	for _, bad := range []string{"", "xyz", "1,,2", "123456789"} {
+	for _, bad := range []string{"", "xyz", "1,,2", "123456789", strings.Repeat("0,", maxMaskGroups) + "0"} {
 		if _, err := CPUListFromMask(bad); err == nil {
 			t.Errorf("CPUListFromMask(%q) gave no error", bad)
 		}

@@ -2,40 +2,59 @@ package topology
 
 import (
 	"fmt"
-	"math/big"
 	"strconv"
 	"strings"
 )
 
+// maxMaskGroups bounds a cpumask: 4096 groups of 32 bits are 131072 CPUs,
+// far past any machine, and keep a hostile mask from costing more than a
+// bounded, linear pass.
+const maxMaskGroups = 4096
+
 // CPUListFromMask turns a kernel cpumask ("ffff,fff00000,00ffffff", 32-bit
 // groups, most significant first: the format of NCCL's affinity attribute and
-// of sysfs local_cpus) into the cpulist format ("0-23,52-79").
+// of sysfs local_cpus) into the cpulist format ("0-23,52-79"). It takes time
+// linear in the mask's length.
 func CPUListFromMask(mask string) (string, error) {
-	var v big.Int
-	for _, group := range strings.Split(strings.TrimSpace(mask), ",") {
+	groups := strings.Split(strings.TrimSpace(mask), ",")
+	if len(groups) > maxMaskGroups {
+		return "", fmt.Errorf("cpumask of %d groups: at most %d", len(groups), maxMaskGroups)
+	}
+	values := make([]uint32, len(groups))
+	for i, group := range groups {
 		g, err := strconv.ParseUint(group, 16, 32)
 		if err != nil || group == "" {
 			return "", fmt.Errorf("cpumask %q: group %q is not up to 8 hex digits", mask, group)
 		}
-		v.Lsh(&v, 32)
-		v.Or(&v, new(big.Int).SetUint64(g))
+		values[len(groups)-1-i] = uint32(g) // values[0] holds CPUs 0-31
 	}
-	var parts []string
-	n := v.BitLen()
-	for i := 0; i < n; i++ {
-		if v.Bit(i) == 0 {
-			continue
+	var b strings.Builder
+	start := -1 // first CPU of the run being read
+	flush := func(end int) {
+		if b.Len() > 0 {
+			b.WriteByte(',')
 		}
-		j := i
-		for j+1 < n && v.Bit(j+1) == 1 {
-			j++
+		b.WriteString(strconv.Itoa(start))
+		if end > start {
+			b.WriteByte('-')
+			b.WriteString(strconv.Itoa(end))
 		}
-		if i == j {
-			parts = append(parts, strconv.Itoa(i))
-		} else {
-			parts = append(parts, fmt.Sprintf("%d-%d", i, j))
-		}
-		i = j
+		start = -1
 	}
-	return strings.Join(parts, ","), nil
+	for gi, g := range values {
+		for bit := 0; bit < 32; bit++ {
+			cpu := gi*32 + bit
+			if g&(1<<bit) != 0 {
+				if start < 0 {
+					start = cpu
+				}
+			} else if start >= 0 {
+				flush(cpu - 1)
+			}
+		}
+	}
+	if start >= 0 {
+		flush(len(values)*32 - 1)
+	}
+	return b.String(), nil
 }

@@ -6,12 +6,14 @@ package sysfs
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
@@ -165,9 +167,40 @@ func linkedAddress(link string) (string, error) {
 	return addr, nil
 }
 
+// maxAttribute bounds one sysfs attribute: every file discovery reads is a
+// line of text (IDs, a cpulist, a link state), far under a page.
+const maxAttribute = 4096
+
+// readAttribute reads a sysfs attribute as untrusted input: only a regular
+// file, opened without blocking (a FIFO in a fake or hostile tree must not
+// hang discovery), and at most maxAttribute bytes (a link to /dev/zero
+// must not grow the heap). A longer file is an error, not a truncation.
+func readAttribute(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s)", path, st.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxAttribute+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxAttribute {
+		return nil, fmt.Errorf("%s: longer than %d bytes", path, maxAttribute)
+	}
+	return b, nil
+}
+
 func readHex(dir, name string, bits int) (uint64, error) {
 	path := filepath.Join(dir, name)
-	b, err := os.ReadFile(path)
+	b, err := readAttribute(path)
 	if err != nil {
 		return 0, fmt.Errorf("reading %s: %w", path, err)
 	}
@@ -182,7 +215,7 @@ func readHex(dir, name string, bits int) (uint64, error) {
 // readOptional reads a one-line file that may be absent.
 func readOptional(dir, name string) (string, bool, error) {
 	path := filepath.Join(dir, name)
-	b, err := os.ReadFile(path)
+	b, err := readAttribute(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", false, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -111,6 +112,19 @@ func TestReadBadInput(t *testing.T) {
 		{"garbage VF count", func(t *testing.T, tree *sysfstest.Tree) {
 			tree.WriteFile("devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0/sriov_totalvfs", "-3")
 		}, `sriov_totalvfs: "-3" is not a VF count`},
+		{"class is a FIFO (would block a plain read)", func(t *testing.T, tree *sysfstest.Tree) {
+			mustRemove(t, filepath.Join(tree.Root, gpu, "class"))
+			if err := syscall.Mkfifo(filepath.Join(tree.Root, gpu, "class"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "class: not a regular file"},
+		{"class links to /dev/zero (endless)", func(t *testing.T, tree *sysfstest.Tree) {
+			mustRemove(t, filepath.Join(tree.Root, gpu, "class"))
+			mustSymlink(t, "/dev/zero", filepath.Join(tree.Root, gpu, "class"))
+		}, "class: not a regular file"},
+		{"class larger than a page", func(t *testing.T, tree *sysfstest.Tree) {
+			tree.WriteFile(gpu+"/class", "0x030200"+strings.Repeat(" ", 5000))
+		}, "class: longer than 4096 bytes"},
 		{"missing sysfs root", func(t *testing.T, tree *sysfstest.Tree) {
 			mustRemove(t, tree.Root)
 		}, "sysfs root"},

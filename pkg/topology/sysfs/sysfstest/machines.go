@@ -6,8 +6,8 @@ import (
 )
 
 // Machine is a sysfs tree with the shape of a real machine whose
-// `nvidia-smi topo -m` was published (the file in shared/topologies/nvidia-smi-topo
-// named by Published). NVLinks is the NV# its GPU pairs show.
+// `nvidia-smi topo -m` was published (the file in
+// pkg/topology/testdata/nvidia-smi-topo named by Published). NVLinks is the NV# its GPU pairs show.
 type Machine struct {
 	Name      string
 	Published string
