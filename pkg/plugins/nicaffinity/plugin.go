@@ -101,4 +101,3 @@ func NewWithCache(args *Args, h fwk.Handle, cache *Cache) (*NICAffinity, error) 
 	cache.setPrecompute(pl.precompute)
 	return pl, nil
 }
-
