@@ -8,12 +8,29 @@ import (
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	"github.com/k8stopologyawareschedwg/podfingerprint"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
-// MaxGPUs is the most GPUs a compiled node may have: GPU sets are uint64 masks.
-const MaxGPUs = 64
+// Caps on what an object may hold. Objects are outside data: a node's
+// exporter, or anyone who can write the object, could publish a huge one,
+// and the scheduler compiles every object and searches each on every
+// cycle. Real nodes are far below these.
+const (
+	// MaxGPUs is the most GPUs a compiled node may have: GPU sets are uint64 masks.
+	MaxGPUs = 64
+	// MaxNICs is the most NIC zones an object may have.
+	MaxNICs = 64
+	// MaxZones is the most zones of any type an object may have.
+	MaxZones = 1024
+	// MaxResourcesPerZone is the most resources one zone may list.
+	MaxResourcesPerZone = 64
+	// MaxCount is the largest count a resource may give (capacity,
+	// allocatable, available): 2^40, far past any device count and any
+	// memory size the Node zones carry in bytes.
+	MaxCount = 1 << 40
+)
 
 // GPUSet is a set of GPUs by position in Compiled.GPUs.
 type GPUSet uint64
@@ -102,11 +119,17 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 	if schema != SchemaVersion {
 		return nil, fmt.Errorf("attribute %s is %q, want %q (not published by a nicaffinity exporter of this version)", AttrSchema, schema, SchemaVersion)
 	}
+	if len(obj.Zones) > MaxZones {
+		return nil, fmt.Errorf("%d zones: at most %d", len(obj.Zones), MaxZones)
+	}
 	zones := map[string]*v1alpha2.Zone{}
 	for i := range obj.Zones {
 		z := &obj.Zones[i]
 		if z.Name == "" {
 			return nil, fmt.Errorf("zone %d has no name", i)
+		}
+		if len(z.Resources) > MaxResourcesPerZone {
+			return nil, fmt.Errorf("zone %s: %d resources, at most %d", z.Name, len(z.Resources), MaxResourcesPerZone)
 		}
 		if _, dup := zones[z.Name]; dup {
 			return nil, fmt.Errorf("zone %s appears twice", z.Name)
@@ -126,6 +149,9 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 		}
 		if state := attrValue(z.Attributes, AttrState); state != "" && state != "ACTIVE" && state != "UNKNOWN" {
 			continue // published as down: not offered
+		}
+		if len(c.NICs) == MaxNICs {
+			return nil, fmt.Errorf("more than %d NIC zones", MaxNICs)
 		}
 		nic := CompiledNIC{Zone: z.Name, Name: strings.TrimPrefix(z.Name, PrefixNIC), Switch: z.Parent}
 		for _, r := range z.Resources {
@@ -263,15 +289,24 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 }
 
 func count(zone string, r v1alpha2.ResourceInfo) (int64, error) {
-	capacity, alloc, avail := r.Capacity.Value(), r.Allocatable.Value(), r.Available.Value()
-	if capacity < 0 || alloc < 0 || avail < 0 {
-		return 0, fmt.Errorf("zone %s: resource %s has a negative count", zone, r.Name)
+	for _, q := range []*resource.Quantity{&r.Capacity, &r.Allocatable, &r.Available} {
+		// Cmp against bounds reads the quantity as it is, without the
+		// rescaling Value does; it never turns an exponent into digits.
+		if q.Cmp(*maxCount) > 0 || q.Sign() < 0 {
+			if q.Sign() < 0 {
+				return 0, fmt.Errorf("zone %s: resource %s has a negative count", zone, r.Name)
+			}
+			return 0, fmt.Errorf("zone %s: resource %s has a count over %d", zone, r.Name, int64(MaxCount))
+		}
 	}
+	capacity, alloc, avail := r.Capacity.Value(), r.Allocatable.Value(), r.Available.Value()
 	if avail > alloc || alloc > capacity {
 		return 0, fmt.Errorf("zone %s: resource %s has available %d > allocatable %d or allocatable > capacity %d", zone, r.Name, avail, alloc, capacity)
 	}
 	return avail, nil
 }
+
+var maxCount = resource.NewQuantity(MaxCount, resource.DecimalSI)
 
 func attrValue(list v1alpha2.AttributeList, name string) string {
 	for _, a := range list {

@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
-	nrtclient "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/generated/clientset/versioned"
-	nrtinformers "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/generated/informers/externalversions"
 	"github.com/k8stopologyawareschedwg/podfingerprint"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
+	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -57,9 +58,11 @@ type Cache struct {
 	timeout    time.Duration
 	now        func() time.Time
 
-	// Set when the cache follows informers (newInformerCache).
 	gpuResource string
-	pods        cache.Indexer
+	// Set when the cache follows informers (newInformerCache).
+	pods cache.Indexer
+	// schedulerName is the profile's: only its pods' plans are adopted.
+	schedulerName string
 }
 
 type reservation struct {
@@ -303,13 +306,14 @@ const nodeNameIndex = "nicaffinity.io/spec.nodeName"
 // newInformerCache feeds a cache from an NRT informer and the scheduler's
 // pod and node informers.
 func newInformerCache(ctx context.Context, h fwk.Handle, args *Args) (*Cache, error) {
-	cfg := rest.CopyConfig(h.KubeConfig())
-	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
-	client, err := nrtclient.NewForConfig(cfg)
+	// Objects come in unstructured, so that their quantities are checked
+	// as strings (nrt.Decode) before anything parses them.
+	client, err := dynamic.NewForConfig(h.KubeConfig())
 	if err != nil {
 		return nil, err
 	}
 	c := newCache(args.ReservationTimeout.Duration, args.GPUResourceName)
+	c.schedulerName = h.ProfileName()
 	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()
 	// The fingerprint check lists the pods of one node; an index keeps it
 	// O(pods on the node). If the informer already runs, fall back to a scan.
@@ -346,14 +350,14 @@ func newInformerCache(ctx context.Context, h fwk.Handle, args *Args) (*Cache, er
 		return nil, err
 	}
 
-	factory := nrtinformers.NewSharedInformerFactory(client, 0)
-	informer := factory.Topology().V1alpha2().NodeResourceTopologies().Informer()
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
+	informer := factory.ForResource(nrtGVR).Informer()
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { c.update(obj) },
 		UpdateFunc: func(_, obj interface{}) { c.update(obj) },
 		DeleteFunc: func(obj interface{}) {
-			if o, ok := deletedObject(obj).(*v1alpha2.NodeResourceTopology); ok {
-				c.remove(o.Name)
+			if o, ok := deletedObject(obj).(*unstructured.Unstructured); ok {
+				c.remove(o.GetName())
 			}
 		},
 	}); err != nil {
@@ -390,9 +394,17 @@ func deletedObject(obj interface{}) interface{} {
 
 // adoptPlan reserves the planned GPUs of a bound pod this cache holds no
 // reservation for, unless the node's object already counts the pod.
+//
+// A plan is a claim on a node's GPUs, so it is adopted only from a pod of
+// this scheduler and only up to the GPUs the pod requests: a tenant who
+// writes the annotation on a pod of its own (admission refuses that too,
+// docs/security.md) cannot hold a node's GPUs.
 func (c *Cache) adoptPlan(obj interface{}) {
 	p, ok := obj.(*v1.Pod)
 	if !ok || p.Spec.NodeName == "" || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+		return
+	}
+	if p.Spec.SchedulerName != c.schedulerName {
 		return
 	}
 	s, ok := p.Annotations[annotations.AllocationKey]
@@ -410,6 +422,11 @@ func (c *Cache) adoptPlan(obj interface{}) {
 	}
 	plan, err := annotations.ParseAllocation(s)
 	if err != nil || plan.Node != p.Spec.NodeName {
+		return
+	}
+	requested := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})[v1.ResourceName(c.gpuResource)]
+	if int64(len(plan.GPUs)) > requested.Value() {
+		klog.InfoS("Ignoring a plan larger than the pod's request", "pod", klog.KObj(p), "planned", len(plan.GPUs), "requested", requested.Value())
 		return
 	}
 	if e.compiled.Fingerprint != "" && e.compiled.Fingerprint == c.fingerprintOf(plan.Node) {
@@ -431,10 +448,21 @@ func (c *Cache) adoptPlan(obj interface{}) {
 	c.rebuild(plan.Node)
 }
 
+// nrtGVR is the NodeResourceTopology resource the exporter publishes.
+var nrtGVR = v1alpha2.SchemeGroupVersion.WithResource("noderesourcetopologies")
+
 func (c *Cache) update(obj interface{}) {
-	if o, ok := obj.(*v1alpha2.NodeResourceTopology); ok {
-		c.observe(o)
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok || c.has(u.GetName(), u.GetResourceVersion()) {
+		return
 	}
+	o, err := nrt.Decode(u)
+	if err != nil {
+		klog.InfoS("NodeResourceTopology cannot be read; the node counts as topology unknown", "node", u.GetName(), "err", err)
+		c.set(u.GetName(), nil, err, false)
+		return
+	}
+	c.observe(o)
 }
 
 // has reports whether the node's view was built from this version of its

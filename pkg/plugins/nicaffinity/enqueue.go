@@ -8,9 +8,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 )
 
 // EventsToRegister: a node's object appearing or changing, a pod going away
@@ -49,7 +50,8 @@ func (pl *NICAffinity) isSchedulableAfterNRTChange(logger klog.Logger, pod *v1.P
 	if !pl.cache.has(node, m.GetResourceVersion()) {
 		o, err := asNRT(newObj)
 		if err != nil {
-			logger.V(5).Info("NodeResourceTopology event with an object that is not one", "pod", klog.KObj(pod), "err", err)
+			// The plugin's own informer records why the node cannot be read.
+			logger.V(5).Info("NodeResourceTopology event with an object that cannot be read", "pod", klog.KObj(pod), "err", err)
 			return fwk.QueueSkip, nil
 		}
 		pl.cache.observe(o)
@@ -86,11 +88,7 @@ func asNRT(obj interface{}) (*v1alpha2.NodeResourceTopology, error) {
 	case *v1alpha2.NodeResourceTopology:
 		return o, nil
 	case *unstructured.Unstructured:
-		out := &v1alpha2.NodeResourceTopology{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out); err != nil {
-			return nil, err
-		}
-		return out, nil
+		return nrt.Decode(o)
 	}
 	return nil, fmt.Errorf("unexpected %T", obj)
 }

@@ -812,3 +812,46 @@ func TestQueueingHintReadsVersionFirst(t *testing.T) {
 		t.Errorf("new version that does not convert: %v, want QueueSkip", h)
 	}
 }
+
+// TestAdoptPlan: a bound pod's plan holds its GPUs only when the pod is
+// this scheduler's and the plan is no larger than its request; a tenant's
+// own annotation on a pod without GPUs, or on another scheduler's pod,
+// holds nothing.
+func TestAdoptPlan(t *testing.T) {
+	// GPUs 0-3 free; bus IDs 0000:10:00.0, 0000:20:00.0, ...
+	plan := func(gpus ...int) string {
+		a := &annotations.Allocation{Node: "n"}
+		for _, g := range gpus {
+			a.GPUs = append(a.GPUs, fmt.Sprintf("0000:%02x:00.0", 0x10*(g+1)))
+		}
+		return annotations.Marshal(a)
+	}
+	for _, tc := range []struct {
+		name      string
+		scheduler string
+		gpus      int64
+		plan      string
+		node      string
+		wantFree  int
+	}{
+		{"own pod, plan its size", "nicaffinity-scheduler", 2, plan(0, 1), "n", 2},
+		{"own pod, plan smaller", "nicaffinity-scheduler", 2, plan(0), "n", 3},
+		{"another scheduler's pod", "default-scheduler", 2, plan(0, 1), "n", 4},
+		{"pod without GPUs", "nicaffinity-scheduler", 0, plan(0, 1, 2, 3), "n", 4},
+		{"plan larger than the request", "nicaffinity-scheduler", 1, plan(0, 1, 2, 3), "n", 4},
+		{"plan for another node", "nicaffinity-scheduler", 2, plan(0, 1), "m", 4},
+		{"garbled plan", "nicaffinity-scheduler", 2, "{", "n", 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, st := newTestPlugin(t, nil, handNRT("n", 0, 1, 2, 3))
+			st.schedulerName = "nicaffinity-scheduler"
+			p := makePod("p", tc.gpus, map[string]string{annotations.AllocationKey: tc.plan})
+			p.Spec.SchedulerName, p.Spec.NodeName = tc.scheduler, tc.node
+			st.adoptPlan(p)
+			v, _ := st.View("n")
+			if got := v.free.Count(); got != tc.wantFree {
+				t.Errorf("free GPUs after adoption: %d, want %d", got, tc.wantFree)
+			}
+		})
+	}
+}

@@ -1,6 +1,8 @@
 package nicaffinity
 
 import (
+	"slices"
+
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
@@ -73,8 +75,16 @@ func levelIndex(l topology.Level) int {
 	return i
 }
 
-// maxMasks bounds the NIC coverage search (NICs with free VFs).
-const maxMasks = 64
+// maxMasks bounds the NIC coverage search (NICs with free VFs); Compile
+// caps NIC zones at nrt.MaxNICs, which is the same.
+const maxMasks = nrt.MaxNICs
+
+// maxCoverSteps bounds one coverage search. Real nodes need a few hundred
+// steps at most (8 to 16 NICs, masks deduplicated); a hostile object with
+// dozens of distinct masks and a pod asking for many VFs would need
+// billions. Past the budget the node counts as not fitting: a Filter call
+// then costs well under 10 ms.
+const maxCoverSteps = 200_000
 
 // feasible reports whether some set of req.gpus free GPUs each has a usable
 // NIC at level index li or closer, with free VFs where the pod asks for VFs.
@@ -95,7 +105,8 @@ func (v *nodeView) feasible(req *request, li int) bool {
 
 // coverable: the pod's VFs come from some PFs; every chosen GPU must be near
 // one of them. Is there a set of at most vf.count PFs with free VFs whose
-// near GPUs (among the free ones) number at least gpus?
+// near GPUs (among the free ones) number at least gpus? NICs with the same
+// near GPUs are one choice, so they are searched once.
 func (v *nodeView) coverable(vf vfRequest, li, gpus int) bool {
 	var masks [maxMasks]nrt.GPUSet
 	n := 0
@@ -106,7 +117,7 @@ func (v *nodeView) coverable(vf vfRequest, li, gpus int) bool {
 		}
 		total += free
 		m := v.c.Near[li][nic] & v.free
-		if m == 0 || n == maxMasks {
+		if m == 0 || n == maxMasks || slices.Contains(masks[:n], m) {
 			continue
 		}
 		masks[n] = m
@@ -115,12 +126,16 @@ func (v *nodeView) coverable(vf vfRequest, li, gpus int) bool {
 	if total < vf.count {
 		return false
 	}
-	return bestCover(masks[:n], int(min(vf.count, int64(n))), 0, gpus)
+	steps := maxCoverSteps
+	return bestCover(masks[:n], int(min(vf.count, int64(n))), 0, gpus, &steps)
 }
 
 // bestCover searches unions of at most k masks (depth-first, masks in
-// order) for one with at least want members.
-func bestCover(masks []nrt.GPUSet, k int, have nrt.GPUSet, want int) bool {
+// order) for one with at least want members, within *steps calls.
+func bestCover(masks []nrt.GPUSet, k int, have nrt.GPUSet, want int, steps *int) bool {
+	if *steps--; *steps < 0 {
+		return false
+	}
 	if have.Count() >= want {
 		return true
 	}
@@ -138,7 +153,7 @@ func bestCover(masks []nrt.GPUSet, k int, have nrt.GPUSet, want int) bool {
 		if m&^have == 0 {
 			continue
 		}
-		if bestCover(masks[i+1:], k-1, have|m, want) {
+		if bestCover(masks[i+1:], k-1, have|m, want, steps) {
 			return true
 		}
 	}
