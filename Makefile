@@ -64,7 +64,11 @@ fuzz:
 	  ./pkg/annotations:FuzzParseAllocation \
 	  ./pkg/annotations:FuzzParseObserved \
 	  ./pkg/annotations:FuzzParseMaxLevel \
-	  ./pkg/nrt:FuzzCompile ; do \
+	  ./pkg/nrt:FuzzCompile \
+	  ./pkg/nrt:FuzzDecode \
+	  ./pkg/plugins/nicaffinity:FuzzBestCover \
+	  ./internal/sim:FuzzParseWorkload \
+	  ./internal/sim:FuzzParseCluster ; do \
 	  pkg=$${spec%%:*}; fn=$${spec##*:}; \
 	  echo "== $$pkg $$fn"; $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg; \
 	done

@@ -67,6 +67,9 @@ func TestParseCluster(t *testing.T) {
 		{"sysfs without GPUs", "pools:\n- {name: h, count: 1, sysfs: .}\n", "c.yaml:2: pools[0].sysfs: "},
 		{"unknown field", "pools:\n- {name: h, count: 1, machine: half-nics, gpus: 9}\n", "c.yaml: line 2: field gpus not found"},
 		{"wrong type", "pools: 3\n", "c.yaml: line 1: cannot unmarshal !!int `3`"},
+		{"huge pool", "pools:\n- {name: h, count: 1000000000, machine: half-nics}\n", "c.yaml:2: pools[0].count: 1000000000: at most 1000 nodes a pool"},
+		{"huge cluster", "pools:\n- {name: a, count: 1000, machine: half-nics}\n- {name: b, count: 1000, machine: half-nics}\n- {name: c, count: 1, machine: half-nics}\n", "c.yaml:4: pools[2].count: the cluster passes 2000 nodes"},
+		{"huge file", "pools: []\n#" + strings.Repeat("x", 1<<20), "c.yaml: 1048587 bytes: a spec may have at most 1048576"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, "c.yaml")
@@ -108,11 +111,59 @@ func TestParseWorkload(t *testing.T) {
 		{"minDuration: soon\n", "w.yaml: line 1: \"soon\" is not a duration"},
 		{"maxWait: 0s\n", "w.yaml:1: maxWait: want a positive duration"},
 		{"jobz: 3\n", "w.yaml: line 1: field jobz not found"},
+		{"jobs: 1000000000\n", "w.yaml:1: jobs: 1000000000: at most 100000 jobs"},
+		{"maxDuration: 100000h\n", "w.yaml:1: maxDuration: 100000h0m0s: at most 24h0m0s"},
+		{"maxWait: 25h\n", "w.yaml:1: maxWait: 25h0m0s: at most 24h0m0s"},
 	} {
 		if _, err := ParseWorkload("w.yaml", []byte(tc.spec)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("ParseWorkload(%q) = %v, want %q", tc.spec, err, tc.want)
 		}
 	}
+}
+
+// FuzzParseWorkload: any spec is refused or accepted quickly, without a
+// panic, and an accepted one respects the caps.
+func FuzzParseWorkload(f *testing.F) {
+	for _, s := range []string{"jobs: 10\n", "jobs: 1000000000\n", "sizes: {1: 99999999999}\n", "maxDuration: 9999999999h\n", "load: {from: 1e308, to: -1e308}\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		start := time.Now()
+		w, err := ParseWorkload("w.yaml", b)
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("%s to parse %q", took, b)
+		}
+		if err == nil && (w.Jobs > maxJobs || w.MaxDuration.Std() > maxDuration) {
+			t.Fatalf("accepted past the caps: %+v", w)
+		}
+	})
+}
+
+// FuzzParseCluster: as FuzzParseWorkload, for cluster specs (machines by
+// name only: paths would read the fuzzer's file system).
+func FuzzParseCluster(f *testing.F) {
+	for _, s := range []string{"pools:\n- {name: h, count: 2, machine: half-nics}\n", "pools:\n- {name: h, count: 99999999999, machine: half-nics}\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if bytes.Contains(b, []byte("ncclXML")) || bytes.Contains(b, []byte("sysfs")) {
+			return
+		}
+		start := time.Now()
+		c, err := ParseCluster("c.yaml", b)
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("%s to parse %q", took, b)
+		}
+		if err == nil {
+			total := 0
+			for _, p := range c.Pools {
+				total += p.Count
+			}
+			if total > maxClusterNodes {
+				t.Fatalf("accepted %d nodes", total)
+			}
+		}
+	})
 }
 
 // TestDraw: the same seed gives the same jobs, and the arrivals offer the

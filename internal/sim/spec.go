@@ -129,7 +129,21 @@ func (e *SpecError) Error() string {
 
 // decodeStrict decodes one YAML document into out, refusing unknown fields,
 // and returns the node tree so that later checks can name lines.
+// Caps on specs: a simulation runs every node and job in this process, so
+// a spec past these would exhaust the machine long before it finished.
+const (
+	maxSpecBytes    = 1 << 20
+	maxPoolNodes    = 1000
+	maxClusterNodes = 2000
+	maxPools        = 100
+	maxJobs         = 100_000
+	maxDuration     = 24 * time.Hour
+)
+
 func decodeStrict(file string, b []byte, out any) (*yaml.Node, error) {
+	if len(b) > maxSpecBytes {
+		return nil, &SpecError{File: file, Msg: fmt.Sprintf("%d bytes: a spec may have at most %d", len(b), maxSpecBytes)}
+	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(b, &root); err != nil {
 		return nil, &SpecError{File: file, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
@@ -206,7 +220,11 @@ func ParseCluster(file string, b []byte) (ClusterSpec, error) {
 	if len(c.Pools) == 0 {
 		return c, &SpecError{File: file, Line: lineOf(root, "pools"), Field: "pools", Msg: "no pools: want at least one {name, count, machine}"}
 	}
+	if len(c.Pools) > maxPools {
+		return c, &SpecError{File: file, Line: lineOf(root, "pools"), Field: "pools", Msg: fmt.Sprintf("%d pools: at most %d", len(c.Pools), maxPools)}
+	}
 	names := map[string]bool{}
+	total := 0
 	for i := range c.Pools {
 		p := &c.Pools[i]
 		switch {
@@ -216,6 +234,11 @@ func ParseCluster(file string, b []byte) (ClusterSpec, error) {
 			return c, bad(i, "name", "%q names two pools", p.Name)
 		case p.Count <= 0:
 			return c, bad(i, "count", "%d: want a positive number of nodes", p.Count)
+		case p.Count > maxPoolNodes:
+			return c, bad(i, "count", "%d: at most %d nodes a pool", p.Count, maxPoolNodes)
+		}
+		if total += p.Count; total > maxClusterNodes {
+			return c, bad(i, "count", "the cluster passes %d nodes", maxClusterNodes)
 		}
 		names[p.Name] = true
 		set := 0
@@ -268,6 +291,14 @@ func ParseWorkload(file string, b []byte) (WorkloadSpec, error) {
 	switch {
 	case w.Jobs <= 0:
 		return w, bad(fmt.Sprintf("%d: want a positive number of jobs", w.Jobs), "jobs")
+	case w.Jobs > maxJobs:
+		return w, bad(fmt.Sprintf("%d: at most %d jobs", w.Jobs, maxJobs), "jobs")
+	case w.MaxDuration.Std() > maxDuration:
+		return w, bad(fmt.Sprintf("%s: at most %s", w.MaxDuration.Std(), maxDuration), "maxDuration")
+	case w.MaxWait.Std() > maxDuration:
+		return w, bad(fmt.Sprintf("%s: at most %s", w.MaxWait.Std(), maxDuration), "maxWait")
+	case w.Interarrival.Std() > maxDuration:
+		return w, bad(fmt.Sprintf("%s: at most %s", w.Interarrival.Std(), maxDuration), "interarrival")
 	case w.RDMAShare < 0 || w.RDMAShare > 1:
 		return w, bad(fmt.Sprintf("%g: want a share in [0, 1]", w.RDMAShare), "rdmaShare")
 	case w.VFShare < 0 || w.VFShare > 1:

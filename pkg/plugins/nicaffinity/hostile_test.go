@@ -97,3 +97,37 @@ func BenchmarkFilterHostile(b *testing.B) {
 		pl.Filter(b.Context(), cycle, pod, node)
 	}
 }
+
+// FuzzBestCover: the cover search agrees with brute force on small inputs
+// (up to 10 masks of 16 GPUs) and stays within its budget on any.
+func FuzzBestCover(f *testing.F) {
+	f.Add([]byte{3, 0, 12, 0, 48, 0, 192, 0}, uint8(2), uint8(4))
+	f.Add([]byte{255, 255, 1, 0, 2, 0}, uint8(9), uint8(16))
+	f.Fuzz(func(t *testing.T, raw []byte, k, want uint8) {
+		var masks []nrt.GPUSet
+		for i := 0; i+1 < len(raw) && len(masks) < 10; i += 2 {
+			masks = append(masks, nrt.GPUSet(raw[i])|nrt.GPUSet(raw[i+1])<<8)
+		}
+		kk, w := int(k%12), int(want%17)
+		steps := maxCoverSteps
+		got := bestCover(masks, kk, 0, w, &steps)
+		if steps < 0 {
+			t.Fatalf("%d masks spent the budget", len(masks))
+		}
+		brute := false
+		for subset := 0; subset < 1<<len(masks) && !brute; subset++ {
+			var union nrt.GPUSet
+			n := 0
+			for i, m := range masks {
+				if subset&(1<<i) != 0 {
+					union |= m
+					n++
+				}
+			}
+			brute = n <= kk && union.Count() >= w
+		}
+		if got != brute {
+			t.Fatalf("masks %v, k %d, want %d: search %v, brute force %v", masks, kk, w, got, brute)
+		}
+	})
+}
