@@ -14,3 +14,14 @@ var CRDs embed.FS
 //
 //go:embed scheduler-config.yaml
 var SchedulerConfigMap []byte
+
+// AdmissionPolicies are the ValidatingAdmissionPolicies and their bindings
+// that limit each writer (docs/security.md).
+//
+//go:embed admission-policies.yaml
+var AdmissionPolicies []byte
+
+// ExporterRBAC is the exporter's ServiceAccount, ClusterRole and binding.
+//
+//go:embed rbac-exporter.yaml
+var ExporterRBAC []byte
