@@ -131,3 +131,18 @@ func FuzzBestCover(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkCoverBudget is the cover search that spends its whole budget:
+// the most a Filter call can cost in it.
+func BenchmarkCoverBudget(b *testing.B) {
+	var masks []nrt.GPUSet
+	for a := 0; a < 11; a++ {
+		for c := a + 1; c < 11; c++ {
+			masks = append(masks, nrt.GPUSet(1)<<a|nrt.GPUSet(1)<<c)
+		}
+	}
+	for b.Loop() {
+		steps := maxCoverSteps
+		bestCover(masks, 5, 0, 11, &steps)
+	}
+}
