@@ -41,6 +41,7 @@ type options struct {
 	oneshot        bool
 	noPublish      bool
 	resync         time.Duration
+	syncTimeout    time.Duration
 	minWrite       time.Duration
 	metricsAddr    string
 	gpuResource    string
@@ -84,6 +85,7 @@ func commandFor(o *options) *cobra.Command {
 	f.BoolVar(&o.oneshot, "oneshot", false, "publish once and exit")
 	f.BoolVar(&o.noPublish, "no-publish", false, "print the object as YAML and exit, without a cluster")
 	f.DurationVar(&o.resync, "resync-period", def.ResyncPeriod, "re-read and re-publish at least this often")
+	f.DurationVar(&o.syncTimeout, "sync-timeout", def.SyncTimeout, "give up a sync (discovery, podresources, apply, pod patches) after this long and retry")
 	f.DurationVar(&o.minWrite, "min-write-interval", def.MinWriteInterval, "at most one write per interval")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "serve /metrics, /healthz and /readyz here (empty: off)")
 	f.StringVar(&o.gpuResource, "gpu-resource", def.Resources.GPU, "the NVIDIA device plugin's resource name")
@@ -110,11 +112,11 @@ func (o *options) config() (exporter.Config, error) {
 	if err != nil {
 		return cfg, fmt.Errorf("--max-level: %w", err)
 	}
-	if o.resync <= 0 || o.minWrite <= 0 {
-		return cfg, errors.New("--resync-period and --min-write-interval must be positive")
+	if o.resync <= 0 || o.minWrite <= 0 || o.syncTimeout <= 0 {
+		return cfg, errors.New("--resync-period, --min-write-interval and --sync-timeout must be positive")
 	}
 	cfg.MaxLevel = l
-	cfg.ResyncPeriod, cfg.MinWriteInterval = o.resync, o.minWrite
+	cfg.ResyncPeriod, cfg.MinWriteInterval, cfg.SyncTimeout = o.resync, o.minWrite, o.syncTimeout
 	cfg.Resources.GPU, cfg.Resources.SRIOV, cfg.RDMAPrefixes = o.gpuResource, o.sriovResources, o.rdmaPrefixes
 	cfg.TopologyManagerPolicy, cfg.TopologyManagerScope = kubeletTopologyManager(o.kubeletConfig)
 	return cfg, nil
@@ -211,8 +213,21 @@ func (o *options) run(ctx context.Context) error {
 func handler(exp *exporter.Exporter) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(exp.Metrics().Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	// Both fail once three resync periods pass without a successful sync:
+	// the kubelet restarts a stuck exporter, and a node whose object is not
+	// current shows as not ready.
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := exp.Healthy(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := exp.Healthy(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		if !exp.Ready() {
 			http.Error(w, "no NodeResourceTopology published yet", http.StatusServiceUnavailable)
 			return

@@ -58,7 +58,15 @@ type Config struct {
 	MinWriteInterval time.Duration
 	// MaxBackoff caps the wait between retries after an error.
 	MaxBackoff time.Duration
+	// SyncTimeout bounds one sync: discovery, the podresources calls, the
+	// apply and the pod patches. A sync that runs past it fails and is
+	// retried; a hung driver or apiserver never holds the loop.
+	SyncTimeout time.Duration
 }
+
+// unhealthyAfter is how many resync periods without a successful sync make
+// the exporter unhealthy and unready.
+const unhealthyAfter = 3
 
 // DefaultConfig returns the defaults of the deployment guides.
 func DefaultConfig(node string) Config {
@@ -66,6 +74,7 @@ func DefaultConfig(node string) Config {
 		NodeName: node, Resources: nrt.DefaultResources(), RDMAPrefixes: []string{"rdma/"},
 		MaxLevel: topology.LevelPXB, TopologyManagerPolicy: "none", TopologyManagerScope: "container",
 		ResyncPeriod: 60 * time.Second, MinWriteInterval: time.Second, MaxBackoff: 30 * time.Second,
+		SyncTimeout: 30 * time.Second,
 	}
 }
 
@@ -116,7 +125,13 @@ type Exporter struct {
 	recorder record.EventRecorder
 
 	trigger chan struct{}
-	ready   atomic.Bool
+	// started and lastSync (unix nanoseconds) tell health: see Healthy.
+	started  atomic.Int64
+	lastSync atomic.Int64
+	now      func() time.Time
+	// discovering is set while a discovery runs (one at a time: a hung one
+	// is not joined by another).
+	discovering atomic.Bool
 
 	mu            sync.Mutex
 	topo          *topology.Topology
@@ -131,18 +146,44 @@ func New(cfg Config, d Discoverer, src podresources.Source, kube typedcorev1.Cor
 	if m == nil {
 		m = NewMetrics()
 	}
-	return &Exporter{cfg: cfg, discover: d, source: src, kube: kube, pub: pub, metrics: m, trigger: make(chan struct{}, 1)}
+	if cfg.SyncTimeout <= 0 {
+		cfg.SyncTimeout = 30 * time.Second
+	}
+	e := &Exporter{cfg: cfg, discover: d, source: src, kube: kube, pub: pub, metrics: m, trigger: make(chan struct{}, 1), now: time.Now}
+	e.started.Store(e.now().UnixNano())
+	return e
 }
 
-// Ready reports whether a first object has been published.
-func (e *Exporter) Ready() bool { return e.ready.Load() }
+// Ready reports whether the node's object is current: a sync succeeded
+// within the last unhealthyAfter resync periods.
+func (e *Exporter) Ready() bool { return e.Healthy() == nil && e.lastSync.Load() != 0 }
+
+// Healthy is nil while syncs succeed: it fails once unhealthyAfter resync
+// periods pass without a successful sync (since the start, before the
+// first), naming how long, so that the kubelet restarts an exporter that
+// is stuck and the node's object stops being served as current.
+func (e *Exporter) Healthy() error {
+	limit := unhealthyAfter * e.cfg.ResyncPeriod
+	last := e.lastSync.Load()
+	since := time.Duration(e.now().UnixNano() - last)
+	if last == 0 {
+		if since = time.Duration(e.now().UnixNano() - e.started.Load()); since > limit {
+			return fmt.Errorf("no successful sync in the %s since the start (limit %s)", since.Round(time.Second), limit)
+		}
+		return nil
+	}
+	if since > limit {
+		return fmt.Errorf("last successful sync %s ago (limit %s)", since.Round(time.Second), limit)
+	}
+	return nil
+}
 
 // Metrics returns the exporter's metrics.
 func (e *Exporter) Metrics() *Metrics { return e.metrics }
 
 // Build reads the node once and returns the object it would publish.
 func (e *Exporter) Build(ctx context.Context) (*v1alpha2.NodeResourceTopology, []nrt.Problem, podresources.Snapshot, error) {
-	topo, err := e.topology()
+	topo, err := e.topology(ctx)
 	if err != nil {
 		return nil, nil, podresources.Snapshot{}, err
 	}
@@ -159,9 +200,32 @@ func (e *Exporter) Build(ctx context.Context) (*v1alpha2.NodeResourceTopology, [
 }
 
 // topology rediscovers the node (cheap: a few hundred sysfs reads), keeping the
-// last good topology when discovery fails.
-func (e *Exporter) topology() (*topology.Topology, error) {
-	t, err := e.discover.Discover()
+// last good topology when discovery fails. Discovery (NVML, sysfs) takes
+// no context, so it runs on a goroutine of its own and the caller stops
+// waiting when ctx ends; while a discovery hangs no other starts.
+func (e *Exporter) topology(ctx context.Context) (*topology.Topology, error) {
+	type result struct {
+		t   *topology.Topology
+		err error
+	}
+	var t *topology.Topology
+	var err error
+	if !e.discovering.CompareAndSwap(false, true) {
+		err = errors.New("the previous discovery has not returned")
+	} else {
+		done := make(chan result, 1)
+		go func() {
+			defer e.discovering.Store(false)
+			t, err := e.discover.Discover()
+			done <- result{t, err}
+		}()
+		select {
+		case r := <-done:
+			t, err = r.t, r.err
+		case <-ctx.Done():
+			err = fmt.Errorf("discovery: %w", context.Cause(ctx))
+		}
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err != nil {
@@ -278,6 +342,8 @@ func (e *Exporter) podChanged(old, cur any) {
 // Sync reads the node once, publishes the object if its content changed, and
 // verifies the pods.
 func (e *Exporter) Sync(ctx context.Context) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, e.cfg.SyncTimeout, fmt.Errorf("sync took longer than %s", e.cfg.SyncTimeout))
+	defer cancel()
 	start := time.Now()
 	obj, problems, snap, err := e.Build(ctx)
 	if err != nil {
@@ -297,7 +363,7 @@ func (e *Exporter) Sync(ctx context.Context) error {
 	} else {
 		e.metrics.Publishes.WithLabelValues("unchanged").Inc()
 	}
-	e.ready.Store(true)
+	e.lastSync.Store(e.now().UnixNano())
 	e.verifyPods(ctx, snap)
 	return nil
 }

@@ -1,0 +1,103 @@
+package exporter
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+)
+
+// blockingPublisher never returns until its context ends, as an apiserver
+// that accepts the connection and never answers.
+type blockingPublisher struct{}
+
+func (blockingPublisher) Publish(ctx context.Context, _ *v1alpha2.NodeResourceTopology) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestHealthFollowsSyncs: with a publisher that hangs, every sync ends at
+// SyncTimeout, and health and readiness fail once three resync periods
+// pass without a successful sync; Run still returns at once on
+// cancellation.
+func TestHealthFollowsSyncs(t *testing.T) {
+	disc, topo := h20(t)
+	_, src := startKubelet(t, []podresources.Device{gpu(topo, 0)})
+	cfg := DefaultConfig("n1")
+	cfg.ResyncPeriod, cfg.SyncTimeout, cfg.MinWriteInterval, cfg.MaxBackoff = time.Minute, 20*time.Millisecond, 10*time.Millisecond, 20*time.Millisecond
+	exp := New(cfg, disc, src, fakeCore{kubefake.NewClientset().CoreV1()}, blockingPublisher{}, nil)
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	exp.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	exp.started.Store(clock.Load())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- exp.Run(ctx) }()
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return testutilCount(exp, "error") >= 2, nil
+	}); err != nil {
+		t.Fatalf("syncs against a hung publisher never timed out: %v", err)
+	}
+	if err := exp.Healthy(); err != nil || exp.Ready() {
+		t.Errorf("before 3 resync periods: healthy %v, ready %v; want healthy, not ready (nothing published)", err, exp.Ready())
+	}
+	clock.Add(int64(3*time.Minute + time.Second))
+	if err := exp.Healthy(); err == nil || !strings.Contains(err.Error(), "no successful sync in the 3m1s since the start") {
+		t.Errorf("after 3 resync periods: %v, want a failure naming how long", err)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		t.Fatal("Run did not return within 1 s of cancellation")
+	}
+}
+
+// TestRunReturnsWhileDiscoveryHangs: discovery (NVML, sysfs) takes no
+// context; a hung one neither holds Run past cancellation nor starts a
+// second discovery beside it.
+func TestRunReturnsWhileDiscoveryHangs(t *testing.T) {
+	_, topo := h20(t)
+	_, src := startKubelet(t, []podresources.Device{gpu(topo, 0)})
+	hang := make(chan struct{})
+	defer close(hang)
+	var calls atomic.Int32
+	disc := DiscovererFunc(func() (*topology.Topology, error) {
+		calls.Add(1)
+		<-hang
+		return topo, nil
+	})
+	cfg := DefaultConfig("n1")
+	cfg.SyncTimeout, cfg.MinWriteInterval, cfg.MaxBackoff = 20*time.Millisecond, 10*time.Millisecond, 20*time.Millisecond
+	exp := New(cfg, disc, src, fakeCore{kubefake.NewClientset().CoreV1()}, &memoryPublisher{}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- exp.Run(ctx) }()
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return testutilCount(exp, "error") >= 3, nil
+	}); err != nil {
+		t.Fatalf("syncs never failed while discovery hung: %v", err)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		t.Fatal("Run did not return within 1 s of cancellation while discovery hung")
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d discoveries started, want 1 (the hung one)", n)
+	}
+}
+
+func testutilCount(exp *Exporter, result string) float64 {
+	return testutil.ToFloat64(exp.Metrics().Publishes.WithLabelValues(result))
+}
