@@ -392,7 +392,12 @@ func (e *Exporter) publish(ctx context.Context, obj *v1alpha2.NodeResourceTopolo
 	if same {
 		return false, nil
 	}
-	if err := e.pub.Publish(ctx, obj); err != nil {
+	// The heartbeat goes on the copy sent, not on what later objects are
+	// compared with: content decides a write, the resync's Forget renews
+	// the heartbeat at least every resync period.
+	sent := obj.DeepCopy()
+	sent.Attributes = append(sent.Attributes, v1alpha2.AttributeInfo{Name: nrt.AttrHeartbeat, Value: e.now().UTC().Format(time.RFC3339)})
+	if err := e.pub.Publish(ctx, sent); err != nil {
 		return false, fmt.Errorf("applying NodeResourceTopology %s: %w", obj.Name, err)
 	}
 	e.mu.Lock()

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
@@ -100,4 +101,44 @@ func TestRunReturnsWhileDiscoveryHangs(t *testing.T) {
 
 func testutilCount(exp *Exporter, result string) float64 {
 	return testutil.ToFloat64(exp.Metrics().Publishes.WithLabelValues(result))
+}
+
+// TestHeartbeat: every write carries the time it was made; content alone
+// decides whether a sync writes, and the resync's Forget renews it.
+func TestHeartbeat(t *testing.T) {
+	disc, topo := h20(t)
+	_, src := startKubelet(t, []podresources.Device{gpu(topo, 0)})
+	pub := &memoryPublisher{}
+	exp := New(DefaultConfig("n1"), disc, src, fakeCore{kubefake.NewClientset().CoreV1()}, pub, nil)
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	exp.now = func() time.Time { return at }
+	beat := func() string {
+		for _, a := range pub.last().Attributes {
+			if a.Name == nrt.AttrHeartbeat {
+				return a.Value
+			}
+		}
+		return "none"
+	}
+	ctx := t.Context()
+	if err := exp.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := beat(); got != "2026-12-01T12:00:00Z" {
+		t.Errorf("first write: heartbeat %s", got)
+	}
+	at = at.Add(30 * time.Second)
+	if err := exp.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := beat(); got != "2026-12-01T12:00:00Z" {
+		t.Errorf("unchanged content rewritten: heartbeat %s", got)
+	}
+	exp.Forget() // what the resync tick does
+	if err := exp.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := beat(); got != "2026-12-01T12:00:30Z" {
+		t.Errorf("after the resync: heartbeat %s, want 2026-12-01T12:00:30Z", got)
+	}
 }

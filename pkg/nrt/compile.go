@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	"github.com/k8stopologyawareschedwg/podfingerprint"
@@ -52,8 +53,11 @@ type Compiled struct {
 	ResourceVersion string
 	Generation      int64
 	Fingerprint     string
-	GPUs            []CompiledGPU
-	NICs            []CompiledNIC
+	// Heartbeat is when the exporter wrote the object (zero: an object
+	// without the attribute, from an exporter before it).
+	Heartbeat time.Time
+	GPUs      []CompiledGPU
+	NICs      []CompiledNIC
 	// Free are the GPUs the node reports available; Healthy those it offers at all.
 	Free, Healthy GPUSet
 	// Near[l][n] are the GPUs at level l or closer to NIC n (l indexes
@@ -114,6 +118,12 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 			schema = a.Value
 		case podfingerprint.Attribute:
 			c.Fingerprint = a.Value
+		case AttrHeartbeat:
+			t, err := time.Parse(time.RFC3339, a.Value)
+			if err != nil {
+				return nil, fmt.Errorf("attribute %s: %q is not an RFC 3339 time", AttrHeartbeat, a.Value)
+			}
+			c.Heartbeat = t
 		}
 	}
 	if schema != SchemaVersion {

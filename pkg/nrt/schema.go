@@ -23,7 +23,11 @@ const (
 
 // Attributes.
 const (
-	AttrSchema                = "nicaffinity.io/schema"
+	AttrSchema = "nicaffinity.io/schema"
+	// AttrHeartbeat is when the exporter last wrote the object (RFC 3339,
+	// UTC). The exporter rewrites it at least every resync period, so the
+	// scheduler can tell an object nobody keeps current.
+	AttrHeartbeat             = "nicaffinity.io/heartbeat"
 	SchemaVersion             = "1"
 	AttrTopologyManagerPolicy = "topologyManagerPolicy"
 	AttrTopologyManagerScope  = "topologyManagerScope"

@@ -40,6 +40,11 @@ type Args struct {
 	StaleTopology string `json:"staleTopology,omitempty"`
 	// ReservationTimeout drops a reservation the object never confirmed. Default 2m.
 	ReservationTimeout *metav1.Duration `json:"reservationTimeout,omitempty"`
+	// TopologyMaxAge is how old an object's heartbeat may be before the
+	// node counts as topology unknown (its exporter stopped keeping it
+	// current). Default 5m, five of the exporter's default resync periods;
+	// 0 turns the check off. Objects without a heartbeat are not checked.
+	TopologyMaxAge *metav1.Duration `json:"topologyMaxAge,omitempty"`
 	// AnnotateAt is where the plan is written on the pod: Bind (default:
 	// inside the Binding, no extra API call; the profile must run
 	// NICAffinity's Bind before DefaultBinder) or PreBind (a separate patch).
@@ -96,6 +101,9 @@ func (a *Args) SetDefaults() {
 	if a.ReservationTimeout == nil {
 		a.ReservationTimeout = &metav1.Duration{Duration: 2 * time.Minute}
 	}
+	if a.TopologyMaxAge == nil {
+		a.TopologyMaxAge = &metav1.Duration{Duration: 5 * time.Minute}
+	}
 	if a.AnnotateAt == "" {
 		a.AnnotateAt = AnnotateAtBind
 	}
@@ -138,6 +146,9 @@ func (a *Args) Validate() field.ErrorList {
 	}
 	if a.ReservationTimeout != nil && a.ReservationTimeout.Duration <= 0 {
 		errs = append(errs, field.Invalid(root.Child("reservationTimeout"), a.ReservationTimeout.Duration.String(), "must be positive"))
+	}
+	if a.TopologyMaxAge != nil && a.TopologyMaxAge.Duration < 0 {
+		errs = append(errs, field.Invalid(root.Child("topologyMaxAge"), a.TopologyMaxAge.Duration.String(), "must be 0 (off) or positive"))
 	}
 	if a.AnnotateAt != AnnotateAtBind && a.AnnotateAt != AnnotateAtPreBind {
 		errs = append(errs, field.NotSupported(root.Child("annotateAt"), a.AnnotateAt, []string{AnnotateAtBind, AnnotateAtPreBind}))

@@ -56,7 +56,9 @@ type Cache struct {
 	// precompute fills each new view's answers (the plugin sets it).
 	precompute func(*nodeView)
 	timeout    time.Duration
-	now        func() time.Time
+	// maxAge: see Args.TopologyMaxAge (0: off).
+	maxAge time.Duration
+	now    func() time.Time
 
 	gpuResource string
 	// Set when the cache follows informers (newInformerCache).
@@ -80,6 +82,9 @@ type nodeEntry struct {
 	expires time.Time
 	// view is the published view, counted in the spread.
 	view *nodeView
+	// outdated says why the object is too old to trust ("" while it is
+	// current): its heartbeat is older than maxAge.
+	outdated string
 }
 
 // NewStaticCache is a cache over fixed objects, with no informers: for
@@ -87,6 +92,7 @@ type nodeEntry struct {
 // sweeps its reservations; they last until Unreserve.
 func NewStaticCache(args *Args, objs ...*v1alpha2.NodeResourceTopology) *Cache {
 	c := newCache(args.ReservationTimeout.Duration, args.GPUResourceName)
+	c.maxAge = args.TopologyMaxAge.Duration
 	for _, o := range objs {
 		compiled, err := nrt.Compile(o, args.GPUResourceName)
 		c.set(o.Name, compiled, err, false)
@@ -116,7 +122,7 @@ func (c *Cache) View(node string) (*nodeView, string) {
 	case v == nil:
 		return nil, "no NodeResourceTopology for this node"
 	case v.c == nil:
-		return nil, "NodeResourceTopology cannot be read: " + v.why
+		return nil, "NodeResourceTopology " + v.why
 	}
 	return v, ""
 }
@@ -134,15 +140,23 @@ func (c *Cache) entry(node string) *nodeEntry {
 	return e
 }
 
-// expireDue drops reservations older than the timeout on every node. The
-// informer-backed cache calls it on a ticker (sweepInterval) rather than
-// checking the clock in every lookup: the timeout is minutes, and the
-// lookup runs for every node of every cycle.
+// expireDue drops reservations older than the timeout and marks objects
+// whose heartbeat is older than maxAge, on every node. The informer-backed
+// cache calls it on a ticker (sweepInterval) rather than checking the
+// clock in every lookup: both limits are minutes, and the lookup runs for
+// every node of every cycle.
 func (c *Cache) expireDue() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
 	for node, e := range c.nodes {
+		if why := c.outdated(e.compiled, now); why != e.outdated {
+			e.outdated = why
+			if why != "" {
+				klog.InfoS("NodeResourceTopology is not kept current; the node counts as topology unknown", "node", node, "reason", why)
+			}
+			c.rebuild(node)
+		}
 		if e.expires.IsZero() || !now.After(e.expires) {
 			continue
 		}
@@ -155,6 +169,17 @@ func (c *Cache) expireDue() {
 		}
 		c.rebuild(node)
 	}
+}
+
+// outdated says why an object's heartbeat is too old, or "".
+func (c *Cache) outdated(comp *nrt.Compiled, now time.Time) string {
+	if comp == nil || c.maxAge <= 0 || comp.Heartbeat.IsZero() {
+		return ""
+	}
+	if age := now.Sub(comp.Heartbeat); age > c.maxAge {
+		return fmt.Sprintf("not refreshed by its exporter for %s (heartbeat %s, topologyMaxAge %s)", age.Round(time.Second), comp.Heartbeat.UTC().Format(time.RFC3339), c.maxAge)
+	}
+	return ""
 }
 
 // sweepInterval is how often expireDue runs: a tenth of the timeout, at
@@ -173,6 +198,7 @@ func (c *Cache) set(node string, compiled *nrt.Compiled, err error, confirmed bo
 	if err != nil {
 		e.compiled, e.err = nil, err.Error()
 	}
+	e.outdated = c.outdated(e.compiled, c.now())
 	if confirmed {
 		for uid := range e.reserved {
 			delete(c.podNode, uid)
@@ -245,8 +271,11 @@ func (c *Cache) rebuild(node string) {
 			e.expires = at
 		}
 	}
-	v := &nodeView{why: e.err}
-	if e.compiled != nil {
+	v := &nodeView{why: "cannot be read: " + e.err}
+	switch {
+	case e.outdated != "":
+		v.why = "is stale: " + e.outdated
+	case e.compiled != nil:
 		v = c.compose(e)
 	}
 	c.spread.replace(e.view, v)
@@ -313,6 +342,7 @@ func newInformerCache(ctx context.Context, h fwk.Handle, args *Args) (*Cache, er
 		return nil, err
 	}
 	c := newCache(args.ReservationTimeout.Duration, args.GPUResourceName)
+	c.maxAge = args.TopologyMaxAge.Duration
 	c.schedulerName = h.ProfileName()
 	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()
 	// The fingerprint check lists the pods of one node; an index keeps it

@@ -11,6 +11,7 @@ import (
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -311,6 +312,7 @@ func TestArgs(t *testing.T) {
 		{func(a *Args) { a.ScoringStrategy.PackingWeight = -1 }, "args.scoringStrategy.packingWeight"},
 		{func(a *Args) { a.SRIOVResourceNames = []string{"sriov_highnet"} }, "args.sriovResourceNames[0]"},
 		{func(a *Args) { a.GPUResourceName = " " }, "args.gpuResourceName"},
+		{func(a *Args) { a.TopologyMaxAge = &metav1.Duration{Duration: -time.Second} }, "args.topologyMaxAge"},
 	}
 	for _, tc := range bad {
 		a := &Args{}
@@ -854,4 +856,79 @@ func TestAdoptPlan(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStaleHeartbeat: an object whose exporter stopped refreshing it
+// counts as topology unknown once its heartbeat is older than
+// topologyMaxAge (fake clock), with a reason that says so, and counts
+// again when a fresh object comes; objects without a heartbeat and a
+// maxAge of 0 are never stale.
+func TestStaleHeartbeat(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	withBeat := func(at time.Time) *v1alpha2.NodeResourceTopology {
+		o := handNRT("n", 0, 1, 2, 3)
+		o.Attributes = append(o.Attributes, v1alpha2.AttributeInfo{Name: nrt.AttrHeartbeat, Value: at.Format(time.RFC3339)})
+		return o
+	}
+	pl, st := newTestPlugin(t, nil)
+	st.maxAge = 5 * time.Minute
+	clock := t0
+	st.now = func() time.Time { return clock }
+	st.observe(withBeat(t0))
+	pod := makePod("p", 1, nil, rdma, "1")
+	filter := func() *fwk.Status {
+		cycle, _ := preFilter(t, pl, pod, nodeInfo("big", 16))
+		return pl.Filter(t.Context(), cycle, pod, nodeInfo("n", 8))
+	}
+	if s := filter(); !s.IsSuccess() {
+		t.Fatalf("fresh object: %v", s)
+	}
+	clock = t0.Add(4 * time.Minute)
+	st.expireDue()
+	if s := filter(); !s.IsSuccess() {
+		t.Errorf("4 minutes old, limit 5: %v", s)
+	}
+	clock = t0.Add(7 * time.Minute)
+	st.expireDue()
+	want := "NodeResourceTopology is stale: not refreshed by its exporter for 7m0s (heartbeat 2026-12-01T12:00:00Z, topologyMaxAge 5m0s)"
+	if s := filter(); s.Code() != fwk.UnschedulableAndUnresolvable || s.Message() != want {
+		t.Errorf("7 minutes old: %v, want %q", s, want)
+	}
+	o := withBeat(t0.Add(6 * time.Minute))
+	o.ResourceVersion = "2"
+	st.observe(o)
+	if s := filter(); !s.IsSuccess() {
+		t.Errorf("refreshed: %v", s)
+	}
+	// An object published long ago counts as stale as soon as it is seen.
+	o = withBeat(t0.Add(-time.Hour))
+	o.ResourceVersion = "3"
+	st.observe(o)
+	if v, why := st.View("n"); v != nil || !strings.Contains(why, "is stale") {
+		t.Errorf("hour-old object: %v %q", v, why)
+	}
+	for name, tc := range map[string]struct {
+		maxAge time.Duration
+		obj    *v1alpha2.NodeResourceTopology
+	}{
+		"check off":    {0, withBeat(t0.Add(-time.Hour))},
+		"no heartbeat": {5 * time.Minute, handNRT("n", 0, 1)},
+	} {
+		_, st := newTestPlugin(t, nil)
+		st.maxAge, st.now = tc.maxAge, func() time.Time { return clock }
+		st.observe(tc.obj)
+		st.expireDue()
+		if v, why := st.View("n"); v == nil {
+			t.Errorf("%s: %q", name, why)
+		}
+	}
+	if _, err := nrt.Compile(withBeatValue("yesterday"), "nvidia.com/gpu"); err == nil || !strings.Contains(err.Error(), "heartbeat") {
+		t.Errorf("garbled heartbeat: %v", err)
+	}
+}
+
+func withBeatValue(v string) *v1alpha2.NodeResourceTopology {
+	o := handNRT("n", 0, 1)
+	o.Attributes = append(o.Attributes, v1alpha2.AttributeInfo{Name: nrt.AttrHeartbeat, Value: v})
+	return o
 }

@@ -28,7 +28,9 @@ type vfRequest struct {
 // and what this scheduler reserved that the object does not show yet. Views
 // are immutable; the cache swaps in a new one on every change.
 type nodeView struct {
-	// c is nil when the node's object cannot be read; why says why.
+	// c is nil when the node's object cannot be used; why says why,
+	// following "NodeResourceTopology " ("cannot be read: ...", "is
+	// stale: ...").
 	c   *nrt.Compiled
 	why string
 	// free are the GPUs free after reservations.
