@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -341,6 +342,13 @@ func newInformerCache(ctx context.Context, h fwk.Handle, args *Args) (*Cache, er
 	if err != nil {
 		return nil, err
 	}
+	disco, err := discovery.NewDiscoveryClientForConfig(h.KubeConfig())
+	if err != nil {
+		return nil, err
+	}
+	if err := waitForCRD(ctx, disco, crdWait, 2*time.Second); err != nil {
+		return nil, err
+	}
 	c := newCache(args.ReservationTimeout.Duration, args.GPUResourceName)
 	c.maxAge = args.TopologyMaxAge.Duration
 	c.schedulerName = h.ProfileName()
@@ -412,6 +420,38 @@ func newInformerCache(ctx context.Context, h fwk.Handle, args *Args) (*Cache, er
 		}
 	}()
 	return c, nil
+}
+
+// crdWait is how long the scheduler waits at start for the
+// NodeResourceTopology CRD to be served (installed beside it) before it
+// gives up with an error that says what is missing.
+const crdWait = time.Minute
+
+// waitForCRD polls discovery until the NodeResourceTopology resource is
+// served, for at most wait.
+func waitForCRD(ctx context.Context, disco discovery.DiscoveryInterface, wait, every time.Duration) error {
+	gv := nrtGVR.GroupVersion().String()
+	deadline := time.Now().Add(wait)
+	for {
+		list, err := disco.ServerResourcesForGroupVersion(gv)
+		if err == nil {
+			for _, r := range list.APIResources {
+				if r.Name == nrtGVR.Resource {
+					return nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the NodeResourceTopology CRD (%s.%s, version %s) is not served after %s: install manifests/crds (or the CRD of NFD or scheduler-plugins) first: %v",
+				nrtGVR.Resource, nrtGVR.Group, nrtGVR.Version, wait, err)
+		}
+		klog.FromContext(ctx).Info("Waiting for the NodeResourceTopology CRD to be served", "groupVersion", gv, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(every):
+		}
+	}
 }
 
 // deletedObject unwraps an informer's tombstone.

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	discoveryfake "k8s.io/client-go/discovery/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -931,4 +933,19 @@ func withBeatValue(v string) *v1alpha2.NodeResourceTopology {
 	o := handNRT("n", 0, 1)
 	o.Attributes = append(o.Attributes, v1alpha2.AttributeInfo{Name: nrt.AttrHeartbeat, Value: v})
 	return o
+}
+
+// TestWaitForCRD: the scheduler starts once the CRD is served and gives up
+// with an error naming it when it never is.
+func TestWaitForCRD(t *testing.T) {
+	served := &discoveryfake.FakeDiscovery{Fake: &k8stesting.Fake{Resources: []*metav1.APIResourceList{{
+		GroupVersion: "topology.node.k8s.io/v1alpha2", APIResources: []metav1.APIResource{{Name: "noderesourcetopologies"}}}}}}
+	if err := waitForCRD(t.Context(), served, time.Second, time.Millisecond); err != nil {
+		t.Errorf("CRD served: %v", err)
+	}
+	missing := &discoveryfake.FakeDiscovery{Fake: &k8stesting.Fake{}}
+	err := waitForCRD(t.Context(), missing, 20*time.Millisecond, time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "NodeResourceTopology CRD (noderesourcetopologies.topology.node.k8s.io, version v1alpha2) is not served") {
+		t.Errorf("CRD missing: %v", err)
+	}
 }
