@@ -66,6 +66,7 @@ fuzz:
 	  ./pkg/annotations:FuzzParseMaxLevel \
 	  ./pkg/nrt:FuzzCompile \
 	  ./pkg/nrt:FuzzDecode \
+	  ./pkg/exporter:FuzzVerify \
 	  ./pkg/plugins/nicaffinity:FuzzBestCover \
 	  ./internal/sim:FuzzParseWorkload \
 	  ./internal/sim:FuzzParseCluster ; do \

@@ -15,6 +15,8 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 // blockingPublisher never returns until its context ends, as an apiserver
@@ -141,4 +143,38 @@ func TestHeartbeat(t *testing.T) {
 	if got := beat(); got != "2026-12-01T12:00:30Z" {
 		t.Errorf("after the resync: heartbeat %s, want 2026-12-01T12:00:30Z", got)
 	}
+}
+
+// FuzzVerify: whatever devices the kubelet reports and whatever
+// annotations a pod carries (a tenant writes some of them), Verify ends
+// quickly without a panic.
+func FuzzVerify(f *testing.F) {
+	f.Add("nvidia.com/gpu", "0000:19:00.0", "rdma/hca", "hca", `{"node":"n1","gpus":["0000:19:00.0"]}`, "PIX", "true")
+	f.Add("openshift.io/sriov_highnet", "0000:b8:00.2", "nvidia.com/gpu", "GPU-0", "{", "NV", "")
+	f.Add("nvidia.com/gpu", "", "", "", `{"node":"n1","gpus":[`+strings.Repeat(`"x",`, 1000)+`"y"]}`, "", "false")
+	tree := sysfsH20(f)
+	v := NewVerifier("n1", tree, nrt.DefaultResources(), []string{"rdma/"}, topology.LevelPXB)
+	f.Fuzz(func(t *testing.T, res1, id1, res2, id2, plan, level, rdma string) {
+		start := time.Now()
+		v.Verify(PodView{Namespace: "d", Name: "p",
+			Devices:     []podresources.Device{{Resource: res1, ID: id1}, {Resource: res2, ID: id2}},
+			Annotations: map[string]string{"nicaffinity.io/allocation": plan, "nicaffinity.io/max-level": level, "nicaffinity.io/rdma": rdma}})
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("Verify took %s", took)
+		}
+	})
+}
+
+// sysfsH20 is h20's topology for a fuzz target (testing.F is no *testing.T).
+func sysfsH20(f *testing.F) *topology.Topology {
+	tree := sysfstest.New(f.TempDir())
+	sysfstest.H20(tree)
+	if err := tree.Err(); err != nil {
+		f.Fatal(err)
+	}
+	topo, err := discovery.Host{SysfsRoot: tree.Root, NVMLMode: discovery.NVMLOff}.Discover()
+	if err != nil {
+		f.Fatal(err)
+	}
+	return topo
 }
