@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"path"
 	"net"
 	"net/url"
 	"os"
@@ -178,6 +179,9 @@ func installCRDs(ctx context.Context, cfg *rest.Config) error {
 	}
 	var names []string
 	for _, f := range files {
+		if path.Base(f) == "kustomization.yaml" {
+			continue
+		}
 		b, err := fs.ReadFile(manifests.CRDs, f)
 		if err != nil {
 			return err

@@ -50,11 +50,13 @@ func decoder(t *testing.T) runtime.Decoder {
 }
 
 // kustomizeBuild renders manifests/ as `kubectl apply -k manifests/` would.
-func kustomizeBuild(t *testing.T) [][]byte {
+func kustomizeBuild(t *testing.T) [][]byte { return kustomizeBuildDir(t, manifestsDir) }
+
+func kustomizeBuildDir(t *testing.T, dir string) [][]byte {
 	t.Helper()
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), manifestsDir)
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		t.Fatalf("kustomize build %s: %v", manifestsDir, err)
+		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
 	var docs [][]byte
 	for _, r := range m.Resources() {
