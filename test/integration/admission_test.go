@@ -36,12 +36,12 @@ func TestAdmissionPolicies(t *testing.T) {
 	cp := controlplane.Start(t)
 	ctx := context.Background()
 	installPolicies(t, cp.Kube)
-	const ns = "nicaffinity-system"
-	mustCreate(t, func() error {
-		_, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-		return err
-	})
-	for _, sa := range []string{"topology-exporter", "nicaffinity-scheduler"} {
+	const schedNS, nodeNS = "nicaffinity-system", "nicaffinity-node"
+	for ns, sa := range map[string]string{schedNS: "nicaffinity-scheduler", nodeNS: "topology-exporter"} {
+		mustCreate(t, func() error {
+			_, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+			return err
+		})
 		mustCreate(t, func() error {
 			_, err := cp.Kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
 			return err
@@ -63,12 +63,12 @@ func TestAdmissionPolicies(t *testing.T) {
 		}
 		return got
 	}
-	exporterPod := pod(ns, "exporter-a", "node-a", "topology-exporter")
+	exporterPod := pod(nodeNS, "exporter-a", "node-a", "topology-exporter")
 	pod("default", "work-a", "node-a", "")
 	pod("default", "work-b", "node-b", "")
 
-	exp := clientFor(t, cp, ns, "topology-exporter", &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: exporterPod.Name, UID: exporterPod.UID})
-	sched := clientFor(t, cp, ns, "nicaffinity-scheduler", nil)
+	exp := clientFor(t, cp, nodeNS, "topology-exporter", &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: exporterPod.Name, UID: exporterPod.UID})
+	sched := clientFor(t, cp, schedNS, "nicaffinity-scheduler", nil)
 	expNRT, err := nrtclient.NewForConfig(controlplane.JSONConfig(exp.config))
 	if err != nil {
 		t.Fatal(err)

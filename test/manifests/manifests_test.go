@@ -165,8 +165,10 @@ func TestManifests(t *testing.T) {
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
 	ctx := context.Background()
 	// Namespaced objects need their namespace to exist for a dry run.
-	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	for _, ns := range []string{"nicaffinity-system", "nicaffinity-node"} {
+		if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, obj := range objs {
 		u := &unstructured.Unstructured{}
