@@ -11,6 +11,7 @@ import (
 	nrtclient "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/generated/clientset/versioned"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -85,6 +86,12 @@ func TestAdmissionPolicies(t *testing.T) {
 		return map[string]any{"metadata": map[string]any{"annotations": map[string]string{k: v}}}
 	}
 	observed := ann(annotations.ObservedKey, `{"plan":"matched"}`)
+	lease := func(c kubernetes.Interface, ns, name string) error {
+		holder := "nicaffinity-scheduler-0"
+		_, err := c.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
 
 	// The policies load asynchronously: wait until the first one bites.
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
@@ -133,6 +140,10 @@ func TestAdmissionPolicies(t *testing.T) {
 		{"a tenant changes something else on that pod", func() error {
 			return patch(cp.Kube, "default", "work-b", ann("team", "blue"))
 		}, ""},
+		{"the scheduler takes its own lease", func() error { return lease(sched.kube, schedNS, "nicaffinity-scheduler") }, ""},
+		{"the scheduler takes the default scheduler's lease", func() error { return lease(sched.kube, "kube-system", "kube-scheduler") },
+			"may write only its own lease nicaffinity-system/nicaffinity-scheduler, not kube-system/kube-scheduler"},
+		{"the scheduler creates another lease", func() error { return lease(sched.kube, schedNS, "other") }, "may write only its own lease"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.do()
