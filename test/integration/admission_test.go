@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	nrtv1alpha2 "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	nrtclient "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/generated/clientset/versioned"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -16,8 +17,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
@@ -70,6 +74,11 @@ func TestAdmissionPolicies(t *testing.T) {
 
 	exp := clientFor(t, cp, nodeNS, "topology-exporter", &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: exporterPod.Name, UID: exporterPod.UID})
 	sched := clientFor(t, cp, schedNS, "nicaffinity-scheduler", nil)
+	dyn, err := dynamic.NewForConfig(controlplane.JSONConfig(cp.Config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nrtGVR := nrtv1alpha2.SchemeGroupVersion.WithResource("noderesourcetopologies")
 	expNRT, err := nrtclient.NewForConfig(controlplane.JSONConfig(exp.config))
 	if err != nil {
 		t.Fatal(err)
@@ -140,6 +149,21 @@ func TestAdmissionPolicies(t *testing.T) {
 		{"a tenant changes something else on that pod", func() error {
 			return patch(cp.Kube, "default", "work-b", ann("team", "blue"))
 		}, ""},
+		{"anyone publishes a quantity with a huge exponent", func() error {
+			o := nrttest.HalfNICs("node-z", 0, 1)
+			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+			if err != nil {
+				return err
+			}
+			zones := u["zones"].([]any)
+			zones[len(zones)-3].(map[string]any)["resources"].([]any)[0].(map[string]any)["available"] = "12345678901234567890e1000000000"
+			start := time.Now()
+			_, err = dyn.Resource(nrtGVR).Create(ctx, &unstructured.Unstructured{Object: u}, metav1.CreateOptions{})
+			if took := time.Since(start); took > 5*time.Second { // a hang guard, not a speed goal
+				t.Errorf("refusing it took %s", took)
+			}
+			return err
+		}, "quantities may have at most 64 characters and exponents of at most 3 digits"},
 		{"the scheduler takes its own lease", func() error { return lease(sched.kube, schedNS, "nicaffinity-scheduler") }, ""},
 		{"the scheduler takes the default scheduler's lease", func() error { return lease(sched.kube, "kube-system", "kube-scheduler") },
 			"may write only its own lease nicaffinity-system/nicaffinity-scheduler, not kube-system/kube-scheduler"},
@@ -150,7 +174,7 @@ func TestAdmissionPolicies(t *testing.T) {
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("refused: %v", err)
-			case tc.want != "" && (!apierrors.IsForbidden(err) || !slices.ContainsFunc(strings.Split(tc.want, "|"), func(w string) bool { return strings.Contains(err.Error(), w) })):
+			case tc.want != "" && (!(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) || !slices.ContainsFunc(strings.Split(tc.want, "|"), func(w string) bool { return strings.Contains(err.Error(), w) })):
 				t.Errorf("got %v, want a 403 saying %q", err, tc.want)
 			}
 		})
