@@ -415,7 +415,10 @@ func TestE2ENonRDMAFirst(t *testing.T) {
 func TestE2ECapacityFrees(t *testing.T) {
 	e := startEnv(t, cluster.NodeSpec{Name: "half", Machine: sysfstest.HalfNICs, Policy: kubeletsim.Planned})
 	plan := annotations.Marshal(annotations.Allocation{Node: "half", GPUs: []string{"0000:32:00.0", "0000:33:00.0", "0000:42:00.0", "0000:43:00.0"}})
-	e.submit(t, "holder", 4, podOpts{node: "half", ann: map[string]string{annotations.AllocationKey: plan}})
+	// A pod this scheduler placed earlier (bound here directly, with its
+	// plan): the scheduler holds its GPUs from the plan until the node's
+	// object counts them, as after a restart.
+	e.submit(t, "holder", 4, podOpts{scheduler: "nicaffinity-scheduler", node: "half", ann: map[string]string{annotations.AllocationKey: plan}})
 	e.waitRunning(t, "holder")
 	e.waitNRT(t, "half", func(o *v1alpha2.NodeResourceTopology) bool { return zoneRes(o, "node-0", "nvidia.com/gpu") == "8/8/4" })
 	e.submit(t, "rdma-2", 2, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
