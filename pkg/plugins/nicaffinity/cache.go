@@ -120,7 +120,7 @@ func (c *Cache) view(node string) *nodeView {
 func (c *Cache) View(node string) (*nodeView, string) {
 	v := c.view(node)
 	switch {
-	case v == nil:
+	case v == nil || (v.c == nil && v.why == ""):
 		return nil, "no NodeResourceTopology for this node"
 	case v.c == nil:
 		return nil, "NodeResourceTopology " + v.why
@@ -172,13 +172,15 @@ func (c *Cache) expireDue() {
 	}
 }
 
-// outdated says why an object's heartbeat is too old, or "".
+// outdated says why an object's heartbeat is too old, or "". The reason
+// does not change while the object stays the same, so the sweep rebuilds
+// and logs a node once when it goes stale, not on every pass.
 func (c *Cache) outdated(comp *nrt.Compiled, now time.Time) string {
 	if comp == nil || c.maxAge <= 0 || comp.Heartbeat.IsZero() {
 		return ""
 	}
-	if age := now.Sub(comp.Heartbeat); age > c.maxAge {
-		return fmt.Sprintf("not refreshed by its exporter for %s (heartbeat %s, topologyMaxAge %s)", age.Round(time.Second), comp.Heartbeat.UTC().Format(time.RFC3339), c.maxAge)
+	if now.Sub(comp.Heartbeat) > c.maxAge {
+		return fmt.Sprintf("not refreshed by its exporter since %s (topologyMaxAge %s)", comp.Heartbeat.UTC().Format(time.RFC3339), c.maxAge)
 	}
 	return ""
 }
@@ -272,12 +274,14 @@ func (c *Cache) rebuild(node string) {
 			e.expires = at
 		}
 	}
-	v := &nodeView{why: "cannot be read: " + e.err}
+	v := &nodeView{}
 	switch {
 	case e.outdated != "":
 		v.why = "is stale: " + e.outdated
 	case e.compiled != nil:
 		v = c.compose(e)
+	case e.err != "":
+		v.why = "cannot be read: " + e.err
 	}
 	c.spread.replace(e.view, v)
 	e.view = v

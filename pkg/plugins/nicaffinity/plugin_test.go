@@ -426,6 +426,11 @@ func TestStoreLifecycle(t *testing.T) {
 	if v, why := st.View("n"); v != nil || why != "no NodeResourceTopology for this node" {
 		t.Errorf("unknown node: %v %q", v, why)
 	}
+	st.Reserve("ghost", "pod-g", 1, nil) // a node whose object has not come yet
+	if v, why := st.View("ghost"); v != nil || why != "no NodeResourceTopology for this node" {
+		t.Errorf("reservation on a node without an object: %v %q", v, why)
+	}
+	st.Unreserve("ghost", "pod-g")
 	obj := handNRT("n", 0, 1, 2, 3)
 	c, err := nrt.Compile(obj, "nvidia.com/gpu")
 	if err != nil {
@@ -892,9 +897,15 @@ func TestStaleHeartbeat(t *testing.T) {
 	}
 	clock = t0.Add(7 * time.Minute)
 	st.expireDue()
-	want := "NodeResourceTopology is stale: not refreshed by its exporter for 7m0s (heartbeat 2026-12-01T12:00:00Z, topologyMaxAge 5m0s)"
+	want := "NodeResourceTopology is stale: not refreshed by its exporter since 2026-12-01T12:00:00Z (topologyMaxAge 5m0s)"
 	if s := filter(); s.Code() != fwk.UnschedulableAndUnresolvable || s.Message() != want {
 		t.Errorf("7 minutes old: %v, want %q", s, want)
+	}
+	before := st.view("n")
+	clock = t0.Add(8 * time.Minute)
+	st.expireDue()
+	if st.view("n") != before {
+		t.Error("a node already stale was rebuilt again by the next sweep")
 	}
 	o := withBeat(t0.Add(6 * time.Minute))
 	o.ResourceVersion = "2"
