@@ -154,15 +154,7 @@ func TestManifests(t *testing.T) {
 	}
 
 	cp := controlplane.Start(t)
-	dyn, err := dynamic.NewForConfig(controlplane.JSONConfig(cp.Config))
-	if err != nil {
-		t.Fatal(err)
-	}
-	disco, err := discovery.NewDiscoveryClientForConfig(cp.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
+	dyn, mapper := dynamicClients(t, cp)
 	ctx := context.Background()
 	// Namespaced objects need their namespace to exist for a dry run.
 	for _, ns := range []string{"nicaffinity-system", "nicaffinity-node"} {
@@ -199,6 +191,20 @@ func TestManifests(t *testing.T) {
 			t.Errorf("server-side dry-run apply of %s %s/%s: %v", gvk.Kind, u.GetNamespace(), u.GetName(), err)
 		}
 	}
+}
+
+// dynamicClients are a JSON dynamic client and a discovery REST mapper of cp.
+func dynamicClients(t *testing.T, cp *controlplane.ControlPlane) (dynamic.Interface, meta.RESTMapper) {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(controlplane.JSONConfig(cp.Config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dyn, restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
 }
 
 func firstLines(b []byte) string {

@@ -11,10 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
@@ -47,15 +44,7 @@ func TestUninstallKeepsCRD(t *testing.T) {
 		metav1.PatchOptions{FieldManager: "nfd-topology-updater", Force: &force}); err != nil {
 		t.Fatal(err)
 	}
-	dyn, err := dynamic.NewForConfig(controlplane.JSONConfig(cp.Config))
-	if err != nil {
-		t.Fatal(err)
-	}
-	disco, err := discovery.NewDiscoveryClientForConfig(cp.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
+	dyn, mapper := dynamicClients(t, cp)
 	resource := func(u *unstructured.Unstructured) dynamic.ResourceInterface {
 		gvk := u.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
