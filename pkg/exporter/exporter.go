@@ -165,14 +165,13 @@ func (e *Exporter) Ready() bool { return e.Healthy() == nil && e.lastSync.Load()
 func (e *Exporter) Healthy() error {
 	limit := unhealthyAfter * e.cfg.ResyncPeriod
 	last := e.lastSync.Load()
-	since := time.Duration(e.now().UnixNano() - last)
 	if last == 0 {
-		if since = time.Duration(e.now().UnixNano() - e.started.Load()); since > limit {
+		if since := time.Duration(e.now().UnixNano() - e.started.Load()); since > limit {
 			return fmt.Errorf("no successful sync in the %s since the start (limit %s)", since.Round(time.Second), limit)
 		}
 		return nil
 	}
-	if since > limit {
+	if since := time.Duration(e.now().UnixNano() - last); since > limit {
 		return fmt.Errorf("last successful sync %s ago (limit %s)", since.Round(time.Second), limit)
 	}
 	return nil

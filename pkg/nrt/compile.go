@@ -299,13 +299,13 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 }
 
 func count(zone string, r v1alpha2.ResourceInfo) (int64, error) {
+	// Sign and Cmp read a quantity as it is, without the rescaling Value
+	// does; they never turn an exponent into digits.
 	for _, q := range []*resource.Quantity{&r.Capacity, &r.Allocatable, &r.Available} {
-		// Cmp against bounds reads the quantity as it is, without the
-		// rescaling Value does; it never turns an exponent into digits.
-		if q.Cmp(*maxCount) > 0 || q.Sign() < 0 {
-			if q.Sign() < 0 {
-				return 0, fmt.Errorf("zone %s: resource %s has a negative count", zone, r.Name)
-			}
+		if q.Sign() < 0 {
+			return 0, fmt.Errorf("zone %s: resource %s has a negative count", zone, r.Name)
+		}
+		if q.Cmp(*maxCount) > 0 {
 			return 0, fmt.Errorf("zone %s: resource %s has a count over %d", zone, r.Name, int64(MaxCount))
 		}
 	}

@@ -525,7 +525,14 @@ func (c *Cache) adoptPlan(obj interface{}) {
 // nrtGVR is the NodeResourceTopology resource the exporter publishes.
 var nrtGVR = v1alpha2.SchemeGroupVersion.WithResource("noderesourcetopologies")
 
+// update takes an object event, from the plugin's informer or from a
+// queueing hint: unstructured objects are decoded with their quantities
+// checked first (nrt.Decode); a version already held is skipped.
 func (c *Cache) update(obj interface{}) {
+	if o, ok := obj.(*v1alpha2.NodeResourceTopology); ok {
+		c.observe(o)
+		return
+	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok || c.has(u.GetName(), u.GetResourceVersion()) {
 		return

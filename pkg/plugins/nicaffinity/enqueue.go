@@ -2,16 +2,11 @@ package nicaffinity
 
 import (
 	"context"
-	"fmt"
 
-	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-
-	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 )
 
 // EventsToRegister: a node's object appearing or changing, a pod going away
@@ -36,10 +31,11 @@ const nrtResource fwk.EventResource = "noderesourcetopologies.v1alpha2.topology.
 // first, and answers from the cache's view when the cache already holds
 // that version (every pod after the first, and every event the plugin's own
 // informer saw first). It must also observe: the queue hears of the event
-// through the scheduler's dynamic informer, which can run ahead of the
-// plugin's typed one; a pod requeued while the cache still held the older
-// object would fail Filter again and wait out its backoff. So the first
-// pod to see a version it does not hold compiles it into the cache, once.
+// through the scheduler's informer, which can run ahead of the plugin's
+// own; a pod requeued while the cache still held the older object would
+// fail Filter again and wait out its backoff. So the first pod to see a
+// version the cache does not hold feeds it to the cache (Cache.update, as
+// the plugin's informer would), once.
 func (pl *NICAffinity) isSchedulableAfterNRTChange(logger klog.Logger, pod *v1.Pod, _, newObj interface{}) (fwk.QueueingHint, error) {
 	m, err := meta.Accessor(newObj)
 	if err != nil {
@@ -47,22 +43,14 @@ func (pl *NICAffinity) isSchedulableAfterNRTChange(logger klog.Logger, pod *v1.P
 		return fwk.QueueSkip, nil
 	}
 	node := m.GetName()
-	if !pl.cache.has(node, m.GetResourceVersion()) {
-		o, err := asNRT(newObj)
-		if err != nil {
-			// The plugin's own informer records why the node cannot be read.
-			logger.V(5).Info("NodeResourceTopology event with an object that cannot be read", "pod", klog.KObj(pod), "err", err)
-			return fwk.QueueSkip, nil
-		}
-		pl.cache.observe(o)
-	}
-	req, _, err := pl.podRequest(pod)
-	if err != nil || req == nil {
+	pl.cache.update(newObj)
+	v, why := pl.cache.View(node)
+	if v == nil {
+		logger.V(5).Info("NodeResourceTopology changed but cannot be used", "pod", klog.KObj(pod), "node", node, "reason", why)
 		return fwk.QueueSkip, nil
 	}
-	v, why := pl.cache.View(node)
-	if v == nil || v.free.Count() < req.gpus {
-		logger.V(5).Info("NodeResourceTopology changed but does not make the pod fit", "pod", klog.KObj(pod), "node", node, "reason", why)
+	req, _, err := pl.podRequest(pod)
+	if err != nil || req == nil || v.free.Count() < req.gpus {
 		return fwk.QueueSkip, nil
 	}
 	return fwk.Queue, nil
@@ -78,17 +66,4 @@ func (pl *NICAffinity) isSchedulableAfterPodDeleted(_ klog.Logger, _ *v1.Pod, ol
 		return fwk.QueueSkip, nil
 	}
 	return fwk.Queue, nil
-}
-
-// asNRT reads the object of a NodeResourceTopology event: the scheduler
-// watches custom resources through a dynamic informer, so it arrives
-// unstructured.
-func asNRT(obj interface{}) (*v1alpha2.NodeResourceTopology, error) {
-	switch o := obj.(type) {
-	case *v1alpha2.NodeResourceTopology:
-		return o, nil
-	case *unstructured.Unstructured:
-		return nrt.Decode(o)
-	}
-	return nil, fmt.Errorf("unexpected %T", obj)
 }
