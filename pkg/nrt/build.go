@@ -10,6 +10,7 @@ import (
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	"github.com/k8stopologyawareschedwg/podfingerprint"
 	"k8s.io/apimachinery/pkg/api/resource"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
@@ -142,49 +143,31 @@ func Build(in Input) (*v1alpha2.NodeResourceTopology, []Problem) {
 		}
 	}
 
-	// Per-PF VF pools and per-NUMA totals.
+	// Per-PF VF pools.
 	type pool struct{ capacity, available int64 }
 	pfPools := map[int]map[string]*pool{}
-	numaRes := map[int]map[string]*pool{}
-	add := func(m map[int]map[string]*pool, k int, res string, capacity, available int64) {
-		if m[k] == nil {
-			m[k] = map[string]*pool{}
-		}
-		if m[k][res] == nil {
-			m[k][res] = &pool{}
-		}
-		m[k][res].capacity += capacity
-		m[k][res].available += available
-	}
 	for _, d := range in.Snapshot.Allocatable {
-		switch {
-		case d.Resource == in.Resources.GPU:
-		case in.Resources.IsSRIOV(d.Resource):
-			pf, ok := devs.PFOfVF(d.ID)
-			if !ok {
-				problems = append(problems, Problem{Device: d.ID, Reason: fmt.Sprintf("%s device %q is not a VF of any RDMA device of this node", d.Resource, d.ID)})
-				continue
+		if !in.Resources.IsSRIOV(d.Resource) {
+			continue
+		}
+		pf, ok := devs.PFOfVF(d.ID)
+		if !ok {
+			problems = append(problems, Problem{Device: d.ID, Reason: fmt.Sprintf("%s device %q is not a VF of any RDMA device of this node", d.Resource, d.ID)})
+			continue
+		}
+		if pfPools[pf] == nil {
+			pfPools[pf] = map[string]*pool{}
+		}
+		p := pfPools[pf][d.Resource]
+		if p == nil {
+			p = &pool{}
+			pfPools[pf][d.Resource] = p
+		}
+		if nicUp[pf] {
+			p.capacity++
+			if !vfUsed[d.Resource+"/"+d.ID] {
+				p.available++
 			}
-			free := int64(1)
-			if vfUsed[d.Resource+"/"+d.ID] || !nicUp[pf] {
-				free = 0
-			}
-			offered := int64(1)
-			if !nicUp[pf] {
-				offered = 0
-			}
-			add(pfPools, pf, d.Resource, offered, free)
-			add(numaRes, topology.NUMAOf(t.NICs[pf].PCI), d.Resource, offered, free)
-		default:
-			numa := 0
-			if len(d.NUMANodes) > 0 {
-				numa = d.NUMANodes[0]
-			}
-			free := int64(1)
-			if otherUsed[d.Resource][d.ID] {
-				free = 0
-			}
-			add(numaRes, numa, d.Resource, 1, free)
 		}
 	}
 
@@ -199,49 +182,9 @@ func Build(in Input) (*v1alpha2.NodeResourceTopology, []Problem) {
 		{Name: podfingerprint.AttributeMethod, Value: podfingerprint.MethodAll},
 		{Name: AttrSchema, Value: SchemaVersion},
 	}
-
-	// Node zones, one per NUMA node that exists or holds a device.
-	numas := map[int]bool{}
-	for _, n := range t.NUMANodes {
-		numas[n.ID] = true
-	}
-	gpuCap, gpuAlloc, gpuFree := map[int]int64{}, map[int]int64{}, map[int]int64{}
-	for i, g := range t.GPUs {
-		numa := topology.NUMAOf(g.PCI)
-		numas[numa] = true
-		gpuCap[numa]++
-		if gpuHealthy[i] {
-			gpuAlloc[numa]++
-			if !gpuUsed[i] {
-				gpuFree[numa]++
-			}
-		}
-	}
-	for _, n := range t.NICs {
-		numas[topology.NUMAOf(n.PCI)] = true
-	}
-	for numa := range numaRes {
-		numas[numa] = true
-	}
-	for _, numa := range slices.Sorted(maps.Keys(numas)) {
-		z := v1alpha2.Zone{Name: PrefixNode + strconv.Itoa(numa), Type: ZoneNode}
-		if gpuCap[numa] > 0 {
-			z.Resources = append(z.Resources, resourceInfo(in.Resources.GPU, gpuCap[numa], gpuAlloc[numa], gpuFree[numa]))
-		}
-		for _, res := range slices.Sorted(maps.Keys(numaRes[numa])) {
-			p := numaRes[numa][res]
-			z.Resources = append(z.Resources, resourceInfo(res, p.capacity, p.capacity, p.available))
-		}
-		for _, n := range t.NUMANodes {
-			if n.ID != numa {
-				continue
-			}
-			for j, dist := range n.Distances {
-				z.Costs = append(z.Costs, v1alpha2.CostInfo{Name: PrefixNode + strconv.Itoa(j), Value: int64(dist)})
-			}
-		}
-		obj.Zones = append(obj.Zones, z)
-	}
+	nodeZones, nodeProblems := numaZones(t, in.Snapshot)
+	obj.Zones = append(obj.Zones, nodeZones...)
+	problems = append(problems, nodeProblems...)
 
 	// Switch zones for every switch that holds a GPU or an RDMA PF.
 	switchOf := func(f topology.PCIFunction) string { return PrefixSwitch + t.SwitchOf(f) }
@@ -364,6 +307,120 @@ func resourceInfo(name string, capacity, allocatable, available int64) v1alpha2.
 		Allocatable: *resource.NewQuantity(allocatable, resource.DecimalSI),
 		Available:   *resource.NewQuantity(available, resource.DecimalSI),
 	}
+}
+
+// numaZones builds the Node zones as the Resource Topology Exporter does,
+// so that NodeResourceTopologyMatch reads the same numbers from either:
+//   - allocatable per NUMA node is what the kubelet reports it may hand out
+//     (podresources GetAllocatableResources: devices by the NUMA nodes their
+//     device plugin gives, exclusive CPUs by the NUMA node holding them,
+//     memory blocks of the memory manager);
+//   - available is allocatable less what pods hold (List), never below 0;
+//   - capacity is the machine's (CPUs in the node's cpulist, MemTotal,
+//     huge pages); for devices, and where the machine's figure is unknown
+//     or smaller, it is the allocatable;
+//   - a zone lists the resources that have an allocatable on it; a NUMA
+//     node with none lists cpu 0.
+//
+// A device the kubelet reports on no NUMA node is in no zone: the plugin
+// then treats it as a node-level resource, as it does with the Resource
+// Topology Exporter's object.
+func numaZones(t *topology.Topology, snap podresources.Snapshot) ([]v1alpha2.Zone, []Problem) {
+	var problems []Problem
+	numaOfCPU := map[int]int{}
+	capacity := map[int]map[string]int64{}
+	set := func(m map[int]map[string]int64, numa int, res string, v int64) {
+		if m[numa] == nil {
+			m[numa] = map[string]int64{}
+		}
+		m[numa][res] += v
+	}
+	numas := map[int]bool{}
+	for _, n := range t.NUMANodes {
+		numas[n.ID] = true
+		cpus, err := topology.ParseCPUList(n.CPUs)
+		if err != nil {
+			problems = append(problems, Problem{Device: fmt.Sprintf("NUMA node %d", n.ID), Reason: err.Error() + ": its CPUs are left out"})
+		}
+		for _, c := range cpus {
+			numaOfCPU[c] = n.ID
+		}
+		set(capacity, n.ID, string(corev1.ResourceCPU), int64(len(cpus)))
+		if n.MemoryBytes > 0 {
+			set(capacity, n.ID, string(corev1.ResourceMemory), n.MemoryBytes)
+		}
+		for _, hp := range n.HugePages {
+			set(capacity, n.ID, hugePagesResource(hp.PageBytes), hp.PageBytes*hp.Count)
+		}
+	}
+	for _, g := range t.GPUs {
+		numas[topology.NUMAOf(g.PCI)] = true
+	}
+	for _, n := range t.NICs {
+		numas[topology.NUMAOf(n.PCI)] = true
+	}
+	count := func(m map[int]map[string]int64, devs []podresources.Device, cpus []int, mem []podresources.Memory) {
+		for _, d := range devs {
+			for _, numa := range d.NUMANodes {
+				set(m, numa, d.Resource, 1)
+			}
+		}
+		for _, c := range cpus {
+			if numa, ok := numaOfCPU[c]; ok {
+				set(m, numa, string(corev1.ResourceCPU), 1)
+			}
+		}
+		for _, b := range mem {
+			for _, numa := range b.NUMANodes {
+				set(m, numa, b.Type, b.Bytes)
+			}
+		}
+	}
+	allocatable, used := map[int]map[string]int64{}, map[int]map[string]int64{}
+	count(allocatable, snap.Allocatable, snap.AllocatableCPUs, snap.AllocatableMemory)
+	for _, p := range snap.Pods {
+		count(used, p.Devices, p.CPUs, p.Memory)
+	}
+	for _, c := range snap.AllocatableCPUs {
+		if _, ok := numaOfCPU[c]; !ok {
+			problems = append(problems, Problem{Device: fmt.Sprintf("CPU %d", c), Reason: "the kubelet offers it but no NUMA node lists it: left out of the Node zones"})
+		}
+	}
+	for numa := range allocatable {
+		numas[numa] = true
+	}
+
+	var zones []v1alpha2.Zone
+	for _, numa := range slices.Sorted(maps.Keys(numas)) {
+		z := v1alpha2.Zone{Name: PrefixNode + strconv.Itoa(numa), Type: ZoneNode, Resources: v1alpha2.ResourceInfoList{}}
+		alloc := allocatable[numa]
+		if len(alloc) == 0 {
+			alloc = map[string]int64{string(corev1.ResourceCPU): 0}
+		}
+		for _, res := range slices.Sorted(maps.Keys(alloc)) {
+			a, c := alloc[res], capacity[numa][res]
+			if c == 0 || c < a {
+				c = a
+			}
+			z.Resources = append(z.Resources, resourceInfo(res, c, a, max(a-used[numa][res], 0)))
+		}
+		for _, n := range t.NUMANodes {
+			if n.ID != numa {
+				continue
+			}
+			for j, dist := range n.Distances {
+				z.Costs = append(z.Costs, v1alpha2.CostInfo{Name: PrefixNode + strconv.Itoa(j), Value: int64(dist)})
+			}
+		}
+		zones = append(zones, z)
+	}
+	return zones, problems
+}
+
+// hugePagesResource names the resource of a page size as the kubelet does
+// ("hugepages-2Mi", "hugepages-1Gi").
+func hugePagesResource(pageBytes int64) string {
+	return corev1.ResourceHugePagesPrefix + resource.NewQuantity(pageBytes, resource.BinarySI).String()
 }
 
 func orDefault(s, def string) string {

@@ -121,7 +121,7 @@ func TestBuildHGXH100(t *testing.T) {
 	})
 	snap := podresources.Snapshot{
 		Pods: []podresources.Pod{
-			{Namespace: "team-a", Name: "train-0", Devices: []podresources.Device{{Resource: "nvidia.com/gpu", ID: "GPU-h100-0"}, {Resource: "rdma/hca", ID: "hca"}}},
+			{Namespace: "team-a", Name: "train-0", Devices: []podresources.Device{{Resource: "nvidia.com/gpu", ID: "GPU-h100-0", NUMANodes: []int{0}}, {Resource: "rdma/hca", ID: "hca", NUMANodes: []int{0}}}},
 			{Namespace: "team-b", Name: "stale", Devices: []podresources.Device{{Resource: "nvidia.com/gpu", ID: "GPU-gone"}}},
 			{Namespace: "kube-system", Name: "exporter"},
 		},
@@ -132,8 +132,10 @@ func TestBuildHGXH100(t *testing.T) {
 	if got := res(zone(t, obj, "node-0"), "nvidia.com/gpu"); got != "4/4/3" {
 		t.Errorf("node-0 GPUs capacity/allocatable/available = %s, want 4/4/3", got)
 	}
-	if got := res(zone(t, obj, "node-1"), "nvidia.com/gpu"); got != "4/3/3" {
-		t.Errorf("node-1 GPUs = %s, want 4/3/3", got)
+	// Devices count as the kubelet reports them (GPU 5 is not offered), as
+	// the Resource Topology Exporter counts them; the GPU zones keep GPU 5.
+	if got := res(zone(t, obj, "node-1"), "nvidia.com/gpu"); got != "3/3/3" {
+		t.Errorf("node-1 GPUs = %s, want 3/3/3", got)
 	}
 	if got := res(zone(t, obj, "node-0"), "rdma/hca"); got != "1/1/0" {
 		t.Errorf("node-0 rdma/hca = %s, want 1/1/0", got)
@@ -238,10 +240,10 @@ func TestBuildSRIOV(t *testing.T) {
 	snap := podresources.Snapshot{
 		Allocatable: []podresources.Device{
 			{Resource: "nvidia.com/gpu", ID: "0000:03:00.0"},
-			{Resource: vfRes, ID: "0000:04:00.2"}, {Resource: vfRes, ID: "0000:04:00.3"}, {Resource: vfRes, ID: "0000:04:00.4"},
+			{Resource: vfRes, ID: "0000:04:00.2", NUMANodes: []int{0}}, {Resource: vfRes, ID: "0000:04:00.3", NUMANodes: []int{0}}, {Resource: vfRes, ID: "0000:04:00.4", NUMANodes: []int{0}},
 			{Resource: vfRes, ID: "0000:99:00.1"},
 		},
-		Pods: []podresources.Pod{{Namespace: "a", Name: "p", Devices: []podresources.Device{{Resource: "nvidia.com/gpu", ID: "0000:03:00.0"}, {Resource: vfRes, ID: "0000:04:00.3"}}}},
+		Pods: []podresources.Pod{{Namespace: "a", Name: "p", Devices: []podresources.Device{{Resource: "nvidia.com/gpu", ID: "0000:03:00.0"}, {Resource: vfRes, ID: "0000:04:00.3", NUMANodes: []int{0}}}}},
 	}
 	obj, problems := Build(Input{Node: "n", Topology: topo, Snapshot: snap, Resources: DefaultResources()})
 	if got := res(zone(t, obj, "nic-mlx5_0"), vfRes); got != "3/3/2" {
@@ -254,6 +256,71 @@ func TestBuildSRIOV(t *testing.T) {
 		t.Errorf("gpu-0 (matched by bus ID) = %s, want 1/1/0", got)
 	}
 	if len(problems) != 1 || !strings.Contains(problems[0].Reason, "not a VF of any RDMA device") {
+		t.Errorf("problems = %v", problems)
+	}
+}
+
+// TestNUMAZones works the Node zones out by hand on a two-socket machine
+// with the CPU manager and memory manager static: what NodeResourceTopologyMatch
+// reads must be what the Resource Topology Exporter would publish.
+func TestNUMAZones(t *testing.T) {
+	const gib = int64(1) << 30
+	topo := &topology.Topology{NUMANodes: []topology.NUMANode{
+		{ID: 0, CPUs: "0-3,8-11", Distances: []int{10, 21}, MemoryBytes: 64 * gib, HugePages: []topology.HugePages{{PageBytes: 2 << 20, Count: 512}, {PageBytes: gib, Count: 4}}},
+		{ID: 1, CPUs: "4-7,12-15", Distances: []int{21, 10}, MemoryBytes: 64 * gib},
+		{ID: 2, CPUs: "", Distances: []int{30, 30, 10}}, // a memory-only node (CXL)
+	}}
+	snap := podresources.Snapshot{
+		// CPUs 0 and 4 are reserved for the system: not allocatable.
+		AllocatableCPUs: []int{1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+		AllocatableMemory: []podresources.Memory{
+			{Type: "memory", Bytes: 62 * gib, NUMANodes: []int{0}},
+			{Type: "memory", Bytes: 63 * gib, NUMANodes: []int{1}},
+			{Type: "hugepages-1Gi", Bytes: 4 * gib, NUMANodes: []int{0}},
+		},
+		Allocatable: []podresources.Device{
+			{Resource: "nvidia.com/gpu", ID: "GPU-0", NUMANodes: []int{0}},
+			{Resource: "nvidia.com/gpu", ID: "GPU-1", NUMANodes: []int{1}},
+			{Resource: "example.com/no-numa", ID: "x"},
+		},
+		Pods: []podresources.Pod{
+			{Namespace: "a", Name: "guaranteed", CPUs: []int{1, 2}, Devices: []podresources.Device{{Resource: "nvidia.com/gpu", ID: "GPU-0", NUMANodes: []int{0}}},
+				Memory: []podresources.Memory{{Type: "memory", Bytes: 8 * gib, NUMANodes: []int{0}}, {Type: "hugepages-1Gi", Bytes: 2 * gib, NUMANodes: []int{0}}}},
+			{Namespace: "a", Name: "spread", CPUs: []int{5}, Memory: []podresources.Memory{{Type: "memory", Bytes: 70 * gib, NUMANodes: []int{0, 1}}}},
+		},
+	}
+	// Quantities are in bytes, DecimalSI, as the Resource Topology Exporter writes them.
+	zones, problems := numaZones(topo, snap)
+	if len(problems) != 0 {
+		t.Errorf("problems: %v", problems)
+	}
+	type row struct{ zone, res, got string }
+	var got []row
+	for _, z := range zones {
+		for _, r := range z.Resources {
+			got = append(got, row{z.Name, r.Name, res(z, r.Name)})
+		}
+	}
+	want := []row{
+		{"node-0", "cpu", "8/7/5"},
+		{"node-0", "hugepages-1Gi", fmt.Sprintf("%d/%d/%d", 4*gib, 4*gib, 2*gib)},
+		{"node-0", "memory", fmt.Sprintf("%d/%d/0", 64*gib, 62*gib)}, // 62 - 8 - 70 (a block on two nodes counts on both), floored
+		{"node-0", "nvidia.com/gpu", "1/1/0"},
+		{"node-1", "cpu", "8/7/6"},
+		{"node-1", "memory", fmt.Sprintf("%d/%d/0", 64*gib, 63*gib)},
+		{"node-1", "nvidia.com/gpu", "1/1/1"},
+		{"node-2", "cpu", "0/0/0"}, // nothing allocatable: cpu 0, as the Resource Topology Exporter publishes
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(row{})); diff != "" {
+		t.Errorf("Node zones (-want,+got):\n%s", diff)
+	}
+	if c := cost(zones[1], "node-0"); c != 21 {
+		t.Errorf("node-1 cost to node-0 = %d, want 21", c)
+	}
+
+	// A CPU the kubelet offers that no NUMA node lists is a problem, not a crash.
+	snap.AllocatableCPUs = append(snap.AllocatableCPUs, 99)
+	if _, problems := numaZones(topo, snap); len(problems) != 1 || !strings.Contains(problems[0].String(), "CPU 99: the kubelet offers it but no NUMA node lists it") {
 		t.Errorf("problems = %v", problems)
 	}
 }

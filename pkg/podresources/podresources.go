@@ -6,6 +6,8 @@ package podresources
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -27,11 +29,25 @@ type Device struct {
 	NUMANodes []int `json:"numaNodes,omitempty"`
 }
 
+// Memory is a block of memory or huge pages on NUMA nodes, as the kubelet's
+// memory manager reports it (static policy only; none reports nothing).
+type Memory struct {
+	// Type is the resource: "memory" or "hugepages-<size>".
+	Type      string `json:"type"`
+	Bytes     int64  `json:"bytes"`
+	NUMANodes []int  `json:"numaNodes,omitempty"`
+}
+
 // Pod is one pod and every device its containers hold.
 type Pod struct {
 	Namespace string   `json:"namespace"`
 	Name      string   `json:"name"`
 	Devices   []Device `json:"devices,omitempty"`
+	// CPUs are the exclusive CPUs of its containers (CPU manager static
+	// policy; shared-pool CPUs are not reported), sorted, without repeats.
+	CPUs []int `json:"cpus,omitempty"`
+	// Memory are its containers' memory blocks (memory manager static policy).
+	Memory []Memory `json:"memory,omitempty"`
 }
 
 // Snapshot is one reading of the node.
@@ -40,6 +56,12 @@ type Snapshot struct {
 	Pods []Pod `json:"pods"`
 	// Allocatable are the devices the kubelet may hand out (healthy ones).
 	Allocatable []Device `json:"allocatable"`
+	// AllocatableCPUs are the CPUs the CPU manager may hand out exclusively
+	// (empty under its none policy), sorted.
+	AllocatableCPUs []int `json:"allocatableCPUs,omitempty"`
+	// AllocatableMemory is what the memory manager may hand out (empty
+	// unless its policy is static).
+	AllocatableMemory []Memory `json:"allocatableMemory,omitempty"`
 }
 
 // Source reads snapshots; the exporter holds one.
@@ -116,14 +138,33 @@ func FromResponses(list *podresourcesv1.ListPodResourcesResponse, alloc *podreso
 				return s, fmt.Errorf("podresources List: pod %s container %q: %w", key, c.GetName(), err)
 			}
 			s.Pods[idx].Devices = append(s.Pods[idx].Devices, devs...)
+			cpus, err := cpuIDs(c.GetCpuIds())
+			if err != nil {
+				return s, fmt.Errorf("podresources List: pod %s container %q: %w", key, c.GetName(), err)
+			}
+			s.Pods[idx].CPUs = append(s.Pods[idx].CPUs, cpus...)
+			mem, err := memory(c.GetMemory())
+			if err != nil {
+				return s, fmt.Errorf("podresources List: pod %s container %q: %w", key, c.GetName(), err)
+			}
+			s.Pods[idx].Memory = append(s.Pods[idx].Memory, mem...)
 		}
 		s.Pods[idx].Devices = dedupe(s.Pods[idx].Devices)
+		s.Pods[idx].CPUs = dedupeInts(s.Pods[idx].CPUs)
 	}
 	devs, err := devices(alloc.GetDevices())
 	if err != nil {
 		return s, fmt.Errorf("podresources GetAllocatableResources: %w", err)
 	}
 	s.Allocatable = dedupe(devs)
+	cpus, err := cpuIDs(alloc.GetCpuIds())
+	if err != nil {
+		return s, fmt.Errorf("podresources GetAllocatableResources: %w", err)
+	}
+	s.AllocatableCPUs = dedupeInts(cpus)
+	if s.AllocatableMemory, err = memory(alloc.GetMemory()); err != nil {
+		return s, fmt.Errorf("podresources GetAllocatableResources: %w", err)
+	}
 	sort.Slice(s.Pods, func(i, j int) bool {
 		return s.Pods[i].Namespace+"/"+s.Pods[i].Name < s.Pods[j].Namespace+"/"+s.Pods[j].Name
 	})
@@ -139,11 +180,9 @@ func devices(in []*podresourcesv1.ContainerDevices) ([]Device, error) {
 		if d.GetResourceName() == "" {
 			return nil, fmt.Errorf("devices %v have no resource name", d.GetDeviceIds())
 		}
-		var numa []int
-		for _, n := range d.GetTopology().GetNodes() {
-			if n != nil {
-				numa = append(numa, int(n.GetID()))
-			}
+		numa, err := numaNodes(d.GetTopology())
+		if err != nil {
+			return nil, fmt.Errorf("resource %s: %w", d.GetResourceName(), err)
 		}
 		for _, id := range d.GetDeviceIds() {
 			if id == "" {
@@ -153,6 +192,64 @@ func devices(in []*podresourcesv1.ContainerDevices) ([]Device, error) {
 		}
 	}
 	return out, nil
+}
+
+// MaxCPUID bounds a CPU ID: the kernel's NR_CPUS is at most 8192 on every
+// distribution kernel.
+const MaxCPUID = 1 << 16
+
+func cpuIDs(in []int64) ([]int, error) {
+	out := make([]int, 0, len(in))
+	for _, id := range in {
+		if id < 0 || id >= MaxCPUID {
+			return nil, fmt.Errorf("CPU ID %d: not in [0, %d)", id, MaxCPUID)
+		}
+		out = append(out, int(id))
+	}
+	return out, nil
+}
+
+func memory(in []*podresourcesv1.ContainerMemory) ([]Memory, error) {
+	var out []Memory
+	for _, m := range in {
+		if m == nil || m.GetSize() == 0 {
+			continue
+		}
+		if m.GetMemoryType() == "" {
+			return nil, fmt.Errorf("a memory block of %d bytes has no type", m.GetSize())
+		}
+		if m.GetSize() > math.MaxInt64 {
+			return nil, fmt.Errorf("%s block of %d bytes: too large", m.GetMemoryType(), m.GetSize())
+		}
+		numa, err := numaNodes(m.GetTopology())
+		if err != nil {
+			return nil, fmt.Errorf("%s block: %w", m.GetMemoryType(), err)
+		}
+		out = append(out, Memory{Type: m.GetMemoryType(), Bytes: int64(m.GetSize()), NUMANodes: numa})
+	}
+	return out, nil
+}
+
+// MaxNUMAID bounds a NUMA node ID (the kernel's MAX_NUMNODES is 1024).
+const MaxNUMAID = 1024
+
+func numaNodes(t *podresourcesv1.TopologyInfo) ([]int, error) {
+	var out []int
+	for _, n := range t.GetNodes() {
+		if n == nil {
+			continue
+		}
+		if n.GetID() < 0 || n.GetID() >= MaxNUMAID {
+			return nil, fmt.Errorf("NUMA node %d: not in [0, %d)", n.GetID(), MaxNUMAID)
+		}
+		out = append(out, int(n.GetID()))
+	}
+	return out, nil
+}
+
+func dedupeInts(in []int) []int {
+	sort.Ints(in)
+	return slices.Compact(in)
 }
 
 // dedupe sorts devices and drops repeats (a device shared by two containers).

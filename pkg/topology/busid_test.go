@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestNormalizeBusID(t *testing.T) {
@@ -47,6 +49,33 @@ func FuzzNormalizeBusID(f *testing.F) {
 			t.Fatalf("not idempotent: %q -> %q -> %q, %v", s, got, again, err)
 		}
 	})
+}
+
+func TestParseCPUList(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []int
+	}{
+		{"", nil},
+		{"0", []int{0}},
+		{"0-3,8,6-7\n", []int{0, 1, 2, 3, 6, 7, 8}},
+		{"2-3,0-3", []int{0, 1, 2, 3}},
+	}
+	for _, tc := range tests {
+		got, err := ParseCPUList(tc.in)
+		if err != nil {
+			t.Errorf("ParseCPUList(%q): %v", tc.in, err)
+			continue
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("ParseCPUList(%q) (-want,+got):\n%s", tc.in, diff)
+		}
+	}
+	for _, bad := range []string{"a", "3-1", "-1", "0-65536", "0-999999999999", "1,,2", "1-2-3"} {
+		if _, err := ParseCPUList(bad); err == nil {
+			t.Errorf("ParseCPUList(%q) gave no error", bad)
+		}
+	}
 }
 
 func TestCPUListFromMask(t *testing.T) {

@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -57,4 +58,39 @@ func CPUListFromMask(mask string) (string, error) {
 		flush(len(values)*32 - 1)
 	}
 	return b.String(), nil
+}
+
+// MaxCPU bounds a CPU number in a cpulist: the kernel's NR_CPUS is at most
+// 8192 on distribution kernels, so a list past this is not a machine's.
+const MaxCPU = 1 << 16
+
+// ParseCPUList reads the kernel's cpulist format ("0-47,96-143"; empty for
+// none) into sorted CPU numbers. CPUs must be below MaxCPU, so the result
+// is bounded whatever the input.
+func ParseCPUList(s string) ([]int, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	seen := make(map[int]bool)
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		b := a
+		if err == nil && isRange {
+			b, err = strconv.Atoi(hi)
+		}
+		if err != nil || a < 0 || b < a || b >= MaxCPU {
+			return nil, fmt.Errorf("cpulist %q: %q is not a CPU or a range of CPUs below %d", s, part, MaxCPU)
+		}
+		for c := a; c <= b; c++ {
+			if !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+			}
+		}
+	}
+	sort.Ints(out)
+	return out, nil
 }

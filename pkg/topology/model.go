@@ -36,6 +36,19 @@ type NUMANode struct {
 	CPUs string `json:"cpus"`
 	// Distances to every node by ID order, as the kernel's distance file (10 = local).
 	Distances []int `json:"distances,omitempty"`
+	// MemoryBytes is the node's MemTotal; 0 when unknown (NCCL XML and
+	// profiles do not carry it).
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	// HugePages are the node's persistent huge pages by page size; absent
+	// sizes are unknown or none.
+	HugePages []HugePages `json:"hugePages,omitempty"`
+}
+
+// HugePages counts the huge pages of one size on a NUMA node.
+type HugePages struct {
+	// PageBytes is the page size (2097152, 1073741824).
+	PageBytes int64 `json:"pageBytes"`
+	Count     int64 `json:"count"`
 }
 
 // RootComplex is a PCIe host bridge ("pci0000:00" in sysfs).

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -321,9 +322,76 @@ func readNUMA(root string) ([]topology.NUMANode, error) {
 			}
 			node.Distances = append(node.Distances, v)
 		}
+		if node.MemoryBytes, err = readMemTotal(d); err != nil {
+			return nil, err
+		}
+		if node.HugePages, err = readHugePages(d); err != nil {
+			return nil, err
+		}
 		out = append(out, node)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// maxKB bounds a size in kB so that it converts to bytes in an int64.
+const maxKB = math.MaxInt64 / 1024
+
+// readMemTotal reads MemTotal from a NUMA node's meminfo ("Node 0 MemTotal:
+// 263921836 kB"); 0 when the file is absent.
+func readMemTotal(dir string) (int64, error) {
+	text, ok, err := readOptional(dir, "meminfo")
+	if err != nil || !ok {
+		return 0, err
+	}
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 5 || f[2] != "MemTotal:" || f[4] != "kB" {
+			continue
+		}
+		kb, err := strconv.ParseInt(f[3], 10, 64)
+		if err != nil || kb < 0 || kb > maxKB {
+			return 0, fmt.Errorf("%s: MemTotal %q is not a size in kB", filepath.Join(dir, "meminfo"), f[3])
+		}
+		return kb * 1024, nil
+	}
+	return 0, fmt.Errorf("%s: no line \"Node N MemTotal: <size> kB\"", filepath.Join(dir, "meminfo"))
+}
+
+// maxHugePageSizes bounds the hugepages-<size>kB directories read per node
+// (x86 has two sizes, arm64 four).
+const maxHugePageSizes = 8
+
+// readHugePages reads nr_hugepages of every page size of a NUMA node.
+func readHugePages(dir string) ([]topology.HugePages, error) {
+	sizes, err := filepath.Glob(filepath.Join(dir, "hugepages", "hugepages-*kB"))
+	if err != nil {
+		return nil, err
+	}
+	if len(sizes) > maxHugePageSizes {
+		return nil, fmt.Errorf("%s: %d huge page sizes, at most %d", filepath.Join(dir, "hugepages"), len(sizes), maxHugePageSizes)
+	}
+	var out []topology.HugePages
+	for _, d := range sizes {
+		name := filepath.Base(d)
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(name, "hugepages-"), "kB"), 10, 64)
+		if err != nil || kb <= 0 || kb > maxKB {
+			return nil, fmt.Errorf("%s: not hugepages-<size>kB", d)
+		}
+		text, ok, err := readOptional(d, "nr_hugepages")
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(text, 10, 64)
+		if err != nil || n < 0 || n > math.MaxInt64/(kb*1024) {
+			return nil, fmt.Errorf("%s: %q is not a page count", filepath.Join(d, "nr_hugepages"), text)
+		}
+		out = append(out, topology.HugePages{PageBytes: kb * 1024, Count: n})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PageBytes < out[j].PageBytes })
 	return out, nil
 }
 

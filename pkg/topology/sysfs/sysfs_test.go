@@ -68,6 +68,22 @@ func TestReadSmallHost(t *testing.T) {
 	}
 }
 
+func TestReadNUMAMemory(t *testing.T) {
+	tree := small(t)
+	tree.NUMAMemory(0, 263921836, map[int64]int64{2048: 512, 1048576: 4})
+	topo, err := sysfs.New(sysfs.WithRoot(tree.Root)).Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []topology.NUMANode{{
+		ID: 0, CPUs: "0-7", MemoryBytes: 263921836 * 1024,
+		HugePages: []topology.HugePages{{PageBytes: 2 << 20, Count: 512}, {PageBytes: 1 << 30, Count: 4}},
+	}}
+	if diff := cmp.Diff(want, topo.NUMANodes); diff != "" {
+		t.Errorf("NUMA (-want,+got):\n%s", diff)
+	}
+}
+
 func TestReadBadInput(t *testing.T) {
 	gpu := "devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0"
 	tests := []struct {
@@ -125,6 +141,18 @@ func TestReadBadInput(t *testing.T) {
 		{"class larger than a page", func(t *testing.T, tree *sysfstest.Tree) {
 			tree.WriteFile(gpu+"/class", "0x030200"+strings.Repeat(" ", 5000))
 		}, "class: longer than 4096 bytes"},
+		{"meminfo without MemTotal", func(t *testing.T, tree *sysfstest.Tree) {
+			tree.WriteFile("devices/system/node/node0/meminfo", "Node 0 MemFree: 12 kB\n")
+		}, `meminfo: no line "Node N MemTotal: <size> kB"`},
+		{"meminfo with a garbage MemTotal", func(t *testing.T, tree *sysfstest.Tree) {
+			tree.WriteFile("devices/system/node/node0/meminfo", "Node 0 MemTotal: 99999999999999999999 kB\n")
+		}, `MemTotal "99999999999999999999" is not a size in kB`},
+		{"huge page count that overflows bytes", func(t *testing.T, tree *sysfstest.Tree) {
+			tree.WriteFile("devices/system/node/node0/hugepages/hugepages-1048576kB/nr_hugepages", "9223372036854775807")
+		}, `nr_hugepages: "9223372036854775807" is not a page count`},
+		{"garbage huge page size", func(t *testing.T, tree *sysfstest.Tree) {
+			tree.WriteFile("devices/system/node/node0/hugepages/hugepages-twokB/nr_hugepages", "1")
+		}, "hugepages-twokB: not hugepages-<size>kB"},
 		{"missing sysfs root", func(t *testing.T, tree *sysfstest.Tree) {
 			mustRemove(t, tree.Root)
 		}, "sysfs root"},

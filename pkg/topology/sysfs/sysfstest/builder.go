@@ -67,6 +67,16 @@ func (t *Tree) NUMANode(id int, cpus string) {
 	t.WriteFile(fmt.Sprintf("devices/system/node/node%d/cpulist", id), cpus)
 }
 
+// NUMAMemory writes a NUMA node's meminfo (MemTotal in kB) and its huge
+// pages (count per page size in kB).
+func (t *Tree) NUMAMemory(id int, memTotalKB int64, hugePages map[int64]int64) {
+	t.WriteFile(fmt.Sprintf("devices/system/node/node%d/meminfo", id),
+		fmt.Sprintf("Node %d MemTotal:       %d kB\nNode %d MemFree:        %d kB\n", id, memTotalKB, id, memTotalKB/2))
+	for kb, n := range hugePages {
+		t.WriteFile(fmt.Sprintf("devices/system/node/node%d/hugepages/hugepages-%dkB/nr_hugepages", id, kb), fmt.Sprint(n))
+	}
+}
+
 // NUMADistances writes /sys/devices/system/node/node<id>/distance.
 func (t *Tree) NUMADistances(id int, distances ...int) {
 	var parts []string
