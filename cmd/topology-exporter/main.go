@@ -122,28 +122,49 @@ func (o *options) config() (exporter.Config, error) {
 	return cfg, nil
 }
 
+// maxKubeletConfig bounds the kubelet configuration file read (they are a
+// few kB).
+const maxKubeletConfig = 1 << 20
+
 // kubeletTopologyManager reads the policy and scope from the kubelet
-// configuration file; what cannot be read is the kubelet's default.
+// configuration file; what cannot be read, or is no value the kubelet
+// takes, is the kubelet's default, with a log line naming the file.
 func kubeletTopologyManager(path string) (policy, scope string) {
 	policy, scope = "none", "container"
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		klog.InfoS("Kubelet configuration not readable; assuming the default topology manager", "path", path, "err", err)
 		return
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxKubeletConfig+1))
+	if err == nil && len(b) > maxKubeletConfig {
+		err = fmt.Errorf("larger than %d bytes", maxKubeletConfig)
 	}
 	var kc struct {
 		TopologyManagerPolicy string `json:"topologyManagerPolicy"`
 		TopologyManagerScope  string `json:"topologyManagerScope"`
 	}
-	if err := yaml.Unmarshal(b, &kc); err != nil {
+	if err == nil {
+		err = yaml.Unmarshal(b, &kc)
+	}
+	if err != nil {
 		klog.ErrorS(err, "Kubelet configuration not parseable; assuming the default topology manager", "path", path)
 		return
 	}
-	if kc.TopologyManagerPolicy != "" {
+	switch kc.TopologyManagerPolicy {
+	case "":
+	case "none", "best-effort", "restricted", "single-numa-node":
 		policy = kc.TopologyManagerPolicy
+	default:
+		klog.ErrorS(nil, "Unknown topologyManagerPolicy in the kubelet configuration; assuming none", "path", path, "value", kc.TopologyManagerPolicy)
 	}
-	if kc.TopologyManagerScope != "" {
+	switch kc.TopologyManagerScope {
+	case "":
+	case "container", "pod":
 		scope = kc.TopologyManagerScope
+	default:
+		klog.ErrorS(nil, "Unknown topologyManagerScope in the kubelet configuration; assuming container", "path", path, "value", kc.TopologyManagerScope)
 	}
 	return
 }
@@ -223,13 +244,11 @@ func handler(exp *exporter.Exporter) http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	// Ready also needs the object to be nicaffinity's: while another writer
+	// owns it, the body names that writer.
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := exp.Healthy(); err != nil {
+		if err := exp.Readiness(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if !exp.Ready() {
-			http.Error(w, "no NodeResourceTopology published yet", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -62,5 +63,36 @@ func TestBadFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error = %v, want %q", args, err, want)
 		}
+	}
+}
+
+// TestKubeletTopologyManager reads the policy and scope the way the kubelet
+// would take them; anything else is the kubelet's default.
+func TestKubeletTopologyManager(t *testing.T) {
+	tests := []struct {
+		name, content         string
+		wantPolicy, wantScope string
+	}{
+		{"single-numa-node, pod", "kind: KubeletConfiguration\ntopologyManagerPolicy: single-numa-node\ntopologyManagerScope: pod\n", "single-numa-node", "pod"},
+		{"policy only", "topologyManagerPolicy: restricted\n", "restricted", "container"},
+		{"unset", "kind: KubeletConfiguration\n", "none", "container"},
+		{"unknown values", "topologyManagerPolicy: fastest\ntopologyManagerScope: cluster\n", "none", "container"},
+		{"not YAML", "topologyManagerPolicy: [\n", "none", "container"},
+		{"over the size cap", "topologyManagerPolicy: single-numa-node\n#" + strings.Repeat("x", maxKubeletConfig), "none", "container"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "config.yaml")
+			if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			policy, scope := kubeletTopologyManager(path)
+			if policy != tc.wantPolicy || scope != tc.wantScope {
+				t.Errorf("got %s/%s, want %s/%s", policy, scope, tc.wantPolicy, tc.wantScope)
+			}
+		})
+	}
+	if policy, scope := kubeletTopologyManager(filepath.Join(t.TempDir(), "absent.yaml")); policy != "none" || scope != "container" {
+		t.Errorf("absent file: %s/%s, want none/container", policy, scope)
 	}
 }

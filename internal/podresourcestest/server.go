@@ -25,6 +25,8 @@ type Server struct {
 	mu          sync.Mutex
 	pods        map[string]podresources.Pod
 	allocatable []podresources.Device
+	cpus        []int
+	memory      []podresources.Memory
 	srv         *grpc.Server
 	calls       int
 }
@@ -67,6 +69,21 @@ func (s *Server) SetAllocatable(devs []podresources.Device) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.allocatable = append([]podresources.Device(nil), devs...)
+}
+
+// SetAllocatableCPUsMemory replaces the CPUs and memory the node offers (as
+// the kubelet does with its CPU and memory managers' static policies).
+func (s *Server) SetAllocatableCPUsMemory(cpus []int, mem []podresources.Memory) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cpus, s.memory = append([]int(nil), cpus...), append([]podresources.Memory(nil), mem...)
+}
+
+// SetPodResources sets everything one pod holds: devices, exclusive CPUs, memory.
+func (s *Server) SetPodResources(p podresources.Pod) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pods[p.Namespace+"/"+p.Name] = p
 }
 
 // SetPod sets the devices one pod holds (nil devices: a pod without devices).
@@ -120,7 +137,7 @@ func (s *Server) List(context.Context, *podresourcesv1.ListPodResourcesRequest) 
 		p := s.pods[k]
 		resp.PodResources = append(resp.PodResources, &podresourcesv1.PodResources{
 			Name: p.Name, Namespace: p.Namespace,
-			Containers: []*podresourcesv1.ContainerResources{{Name: "main", Devices: toContainerDevices(p.Devices)}},
+			Containers: []*podresourcesv1.ContainerResources{{Name: "main", Devices: toContainerDevices(p.Devices), CpuIds: toCPUIDs(p.CPUs), Memory: toMemory(p.Memory)}},
 		})
 	}
 	return resp, nil
@@ -130,5 +147,25 @@ func (s *Server) List(context.Context, *podresourcesv1.ListPodResourcesRequest) 
 func (s *Server) GetAllocatableResources(context.Context, *podresourcesv1.AllocatableResourcesRequest) (*podresourcesv1.AllocatableResourcesResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return &podresourcesv1.AllocatableResourcesResponse{Devices: toContainerDevices(s.allocatable)}, nil
+	return &podresourcesv1.AllocatableResourcesResponse{Devices: toContainerDevices(s.allocatable), CpuIds: toCPUIDs(s.cpus), Memory: toMemory(s.memory)}, nil
+}
+
+func toCPUIDs(cpus []int) []int64 {
+	var out []int64
+	for _, c := range cpus {
+		out = append(out, int64(c))
+	}
+	return out
+}
+
+func toMemory(mem []podresources.Memory) []*podresourcesv1.ContainerMemory {
+	var out []*podresourcesv1.ContainerMemory
+	for _, m := range mem {
+		cm := &podresourcesv1.ContainerMemory{MemoryType: m.Type, Size: uint64(m.Bytes), Topology: &podresourcesv1.TopologyInfo{}}
+		for _, n := range m.NUMANodes {
+			cm.Topology.Nodes = append(cm.Topology.Nodes, &podresourcesv1.NUMANode{ID: int64(n)})
+		}
+		out = append(out, cm)
+	}
+	return out
 }

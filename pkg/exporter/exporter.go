@@ -8,6 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +18,7 @@ import (
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	nrtclient "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/generated/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -41,7 +45,7 @@ var eventScheme = func() *runtime.Scheme {
 }()
 
 // FieldManager is the server-side apply field manager of the exporter.
-const FieldManager = "nicaffinity-topology-exporter"
+const FieldManager = nrt.ExporterFieldManager
 
 // Config tunes an Exporter.
 type Config struct {
@@ -94,10 +98,33 @@ type Publisher interface {
 	Publish(ctx context.Context, obj *v1alpha2.NodeResourceTopology) error
 }
 
-// ApplyPublisher writes with server-side apply under FieldManager, forcing
-// ownership: the exporter is the only writer of its node's object.
+// ApplyPublisher writes with server-side apply under FieldManager, without
+// forcing: when another writer (NFD's topology-updater, the Resource
+// Topology Exporter) owns fields of the node's object, the apiserver refuses
+// the apply with a conflict and the object stays theirs. Publish then
+// returns a *ForeignOwnerError naming them.
 type ApplyPublisher struct {
 	Client nrtclient.Interface
+}
+
+// ForeignOwnerError says that another field manager owns the node's object,
+// so the exporter does not write it.
+type ForeignOwnerError struct {
+	Object   string
+	Managers []string
+}
+
+func (e *ForeignOwnerError) Error() string {
+	return fmt.Sprintf("NodeResourceTopology %s is managed by %s: nicaffinity's exporter does not overwrite another writer's object (turn that writer off on this node and delete the object to hand it over; docs/nrt-schema.md, Coexistence)",
+		e.Object, strings.Join(quoted(e.Managers), ", "))
+}
+
+func quoted(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = strconv.Quote(n)
+	}
+	return out
 }
 
 // Publish applies obj whole.
@@ -106,10 +133,22 @@ func (p ApplyPublisher) Publish(ctx context.Context, obj *v1alpha2.NodeResourceT
 	if err != nil {
 		return err
 	}
-	force := true
+	force := false
 	_, err = p.Client.TopologyV1alpha2().NodeResourceTopologies().Patch(ctx, obj.Name, types.ApplyPatchType, body,
 		metav1.PatchOptions{FieldManager: FieldManager, Force: &force})
-	return err
+	if !apierrors.IsConflict(err) {
+		return err
+	}
+	// The conflict names the managers in prose; the object names them exactly.
+	cur, getErr := p.Client.TopologyV1alpha2().NodeResourceTopologies().Get(ctx, obj.Name, metav1.GetOptions{})
+	if getErr != nil {
+		return fmt.Errorf("%w (and reading the object to name its other writers: %v)", err, getErr)
+	}
+	others := nrt.OtherManagers(cur)
+	if len(others) == 0 {
+		return err // a conflict with ourselves cannot be: report it as it came
+	}
+	return &ForeignOwnerError{Object: obj.Name, Managers: others}
 }
 
 // Exporter is one node's publisher.
@@ -138,6 +177,11 @@ type Exporter struct {
 	verifier      *Verifier
 	lastPublished *v1alpha2.NodeResourceTopology
 	lastProblems  string
+	// foreign is set while another writer owns the node's object; the
+	// exporter then tries again only at a resync (retryForeign), not on
+	// every pod event.
+	foreign      *ForeignOwnerError
+	retryForeign bool
 	podLister     corelisters.PodLister
 }
 
@@ -155,8 +199,28 @@ func New(cfg Config, d Discoverer, src podresources.Source, kube typedcorev1.Cor
 }
 
 // Ready reports whether the node's object is current: a sync succeeded
-// within the last unhealthyAfter resync periods.
-func (e *Exporter) Ready() bool { return e.Healthy() == nil && e.lastSync.Load() != 0 }
+// within the last unhealthyAfter resync periods and wrote the object.
+func (e *Exporter) Ready() bool { return e.Readiness() == nil }
+
+// Readiness is nil when the node's object is current, else the reason: not
+// healthy, nothing published yet, or another writer owns the object. The
+// last is no failure of the exporter (it stays healthy and keeps checking
+// pods) but the node's object is not nicaffinity's.
+func (e *Exporter) Readiness() error {
+	if err := e.Healthy(); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	foreign := e.foreign
+	e.mu.Unlock()
+	if foreign != nil {
+		return foreign
+	}
+	if e.lastSync.Load() == 0 {
+		return errors.New("no NodeResourceTopology published yet")
+	}
+	return nil
+}
 
 // Healthy is nil while syncs succeed: it fails once unhealthyAfter resync
 // periods pass without a successful sync (since the start, before the
@@ -351,20 +415,55 @@ func (e *Exporter) Sync(ctx context.Context) error {
 	}
 	e.logProblems(problems)
 	written, err := e.publish(ctx, obj)
-	if err != nil {
+	var foreign *ForeignOwnerError
+	switch {
+	case errors.As(err, &foreign):
+		e.metrics.Publishes.WithLabelValues("foreign").Inc()
+	case err != nil:
 		e.metrics.Publishes.WithLabelValues("error").Inc()
 		return err
-	}
-	if written {
+	case written:
 		e.metrics.Publishes.WithLabelValues("written").Inc()
 		e.metrics.PublishDuration.Observe(time.Since(start).Seconds())
 		e.metrics.LastPublish.SetToCurrentTime()
-	} else {
+	default:
 		e.metrics.Publishes.WithLabelValues("unchanged").Inc()
+	}
+	if written || err == nil && foreign == nil {
+		e.setForeign(nil)
 	}
 	e.lastSync.Store(e.now().UnixNano())
 	e.verifyPods(ctx, snap)
 	return nil
+}
+
+// setForeign records whether another writer owns the node's object, and
+// says so when that changes: a log line, an Event on the Node, the
+// blocked metric, the readiness reason.
+func (e *Exporter) setForeign(f *ForeignOwnerError) {
+	e.mu.Lock()
+	prev := e.foreign
+	e.foreign, e.retryForeign = f, false
+	e.mu.Unlock()
+	if (prev == nil) == (f == nil) && (f == nil || slices.Equal(prev.Managers, f.Managers)) {
+		return
+	}
+	e.metrics.Blocked.Reset()
+	node := &corev1.ObjectReference{Kind: "Node", Name: e.cfg.NodeName, UID: types.UID(e.cfg.NodeName)}
+	if f == nil {
+		klog.InfoS("NodeResourceTopology is nicaffinity's again: writing it", "node", e.cfg.NodeName)
+		if e.recorder != nil {
+			e.recorder.Event(node, corev1.EventTypeNormal, "TopologyPublished", "nicaffinity's exporter writes this node's NodeResourceTopology again")
+		}
+		return
+	}
+	for _, m := range f.Managers {
+		e.metrics.Blocked.WithLabelValues(m).Set(1)
+	}
+	klog.ErrorS(f, "Not writing the node's NodeResourceTopology", "node", e.cfg.NodeName, "managers", f.Managers)
+	if e.recorder != nil {
+		e.recorder.Event(node, corev1.EventTypeWarning, "TopologyOwnedElsewhere", f.Error())
+	}
 }
 
 func (e *Exporter) logProblems(problems []nrt.Problem) {
@@ -387,9 +486,13 @@ func (e *Exporter) logProblems(problems []nrt.Problem) {
 func (e *Exporter) publish(ctx context.Context, obj *v1alpha2.NodeResourceTopology) (bool, error) {
 	e.mu.Lock()
 	same := e.lastPublished != nil && reflect.DeepEqual(e.lastPublished.Zones, obj.Zones) && reflect.DeepEqual(e.lastPublished.Attributes, obj.Attributes)
+	foreign, retry := e.foreign, e.retryForeign
 	e.mu.Unlock()
 	if same {
 		return false, nil
+	}
+	if foreign != nil && !retry {
+		return false, foreign
 	}
 	// The heartbeat goes on the copy sent, not on what later objects are
 	// compared with: content decides a write, the resync's Forget renews
@@ -397,6 +500,11 @@ func (e *Exporter) publish(ctx context.Context, obj *v1alpha2.NodeResourceTopolo
 	sent := obj.DeepCopy()
 	sent.Attributes = append(sent.Attributes, v1alpha2.AttributeInfo{Name: nrt.AttrHeartbeat, Value: e.now().UTC().Format(time.RFC3339)})
 	if err := e.pub.Publish(ctx, sent); err != nil {
+		var foreign *ForeignOwnerError
+		if errors.As(err, &foreign) {
+			e.setForeign(foreign)
+			return false, foreign
+		}
 		return false, fmt.Errorf("applying NodeResourceTopology %s: %w", obj.Name, err)
 	}
 	e.mu.Lock()
@@ -410,6 +518,7 @@ func (e *Exporter) publish(ctx context.Context, obj *v1alpha2.NodeResourceTopolo
 func (e *Exporter) Forget() {
 	e.mu.Lock()
 	e.lastPublished = nil
+	e.retryForeign = true
 	e.mu.Unlock()
 }
 

@@ -12,6 +12,9 @@ type Metrics struct {
 	SourceErrors    prometheus.Counter
 	Verifications   *prometheus.CounterVec
 	LastPublish     prometheus.Gauge
+	// Blocked is 1 per other field manager while it owns the node's object
+	// and the exporter does not write it.
+	Blocked *prometheus.GaugeVec
 }
 
 // NewMetrics registers the exporter's metrics (and the Go and process collectors).
@@ -20,7 +23,7 @@ func NewMetrics() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		Publishes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nicaffinity_exporter_publishes_total",
-			Help: "NodeResourceTopology syncs by result: written, unchanged, error.",
+			Help: "NodeResourceTopology syncs by result: written, unchanged, foreign (another writer owns the object: not written), error.",
 		}, []string{"result"}),
 		PublishDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "nicaffinity_exporter_publish_duration_seconds",
@@ -39,8 +42,12 @@ func NewMetrics() *Metrics {
 			Name: "nicaffinity_exporter_last_publish_timestamp_seconds",
 			Help: "When the NodeResourceTopology was last written.",
 		}),
+		Blocked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nicaffinity_exporter_topology_foreign_manager",
+			Help: "1 for each other field manager that owns this node's NodeResourceTopology, which the exporter therefore does not write.",
+		}, []string{"manager"}),
 	}
-	m.Registry.MustRegister(m.Publishes, m.PublishDuration, m.SourceErrors, m.Verifications, m.LastPublish,
+	m.Registry.MustRegister(m.Publishes, m.PublishDuration, m.SourceErrors, m.Verifications, m.LastPublish, m.Blocked,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -2,6 +2,8 @@ package nrt
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -124,6 +126,11 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 				return nil, fmt.Errorf("attribute %s: %q is not an RFC 3339 time", AttrHeartbeat, a.Value)
 			}
 			c.Heartbeat = t
+		}
+	}
+	if schema == "" {
+		if others := OtherManagers(obj); len(others) > 0 {
+			return nil, fmt.Errorf("written by %s, not by nicaffinity's exporter, which does not overwrite another writer's object (docs/nrt-schema.md, Coexistence)", quoteJoin(others))
 		}
 	}
 	if schema != SchemaVersion {
@@ -317,6 +324,31 @@ func count(zone string, r v1alpha2.ResourceInfo) (int64, error) {
 }
 
 var maxCount = resource.NewQuantity(MaxCount, resource.DecimalSI)
+
+// OtherManagers lists the field managers of obj other than nicaffinity's
+// exporter, sorted, without repeats.
+func OtherManagers(obj *v1alpha2.NodeResourceTopology) []string {
+	seen := map[string]bool{}
+	for _, m := range obj.ManagedFields {
+		if m.Manager != ExporterFieldManager {
+			seen[m.Manager] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
+}
+
+// quoteJoin names up to three managers: a reason is read by people.
+func quoteJoin(names []string) string {
+	var q []string
+	for i, n := range names {
+		if i == 3 {
+			q = append(q, fmt.Sprintf("%d more", len(names)-3))
+			break
+		}
+		q = append(q, strconv.Quote(n))
+	}
+	return strings.Join(q, ", ")
+}
 
 func attrValue(list v1alpha2.AttributeList, name string) string {
 	for _, a := range list {

@@ -5,6 +5,11 @@ package nrt
 
 import "github.com/nicaffinity/nicaffinity/pkg/topology"
 
+// ExporterFieldManager is the server-side apply field manager under which
+// nicaffinity's exporter writes; any other manager of an object is another
+// writer, whose object the exporter leaves alone.
+const ExporterFieldManager = "nicaffinity-topology-exporter"
+
 // Zone types.
 const (
 	ZoneNode       = "Node"

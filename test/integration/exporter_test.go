@@ -130,7 +130,7 @@ func gpuPod(t *testing.T, env *exporterEnv, name string, gpus ...int) {
 	}
 	devs := []podresources.Device{{Resource: "rdma/hca", ID: "hca"}}
 	for _, g := range gpus {
-		devs = append(devs, podresources.Device{Resource: "nvidia.com/gpu", ID: env.topo.GPUs[g].PCI.Address})
+		devs = append(devs, podresources.Device{Resource: "nvidia.com/gpu", ID: env.topo.GPUs[g].PCI.Address, NUMANodes: []int{topology.NUMAOf(env.topo.GPUs[g].PCI)}})
 	}
 	env.kubelet.SetPod("default", name, devs)
 }
