@@ -10,7 +10,7 @@ DEMO_PROFILE ?= oci-bm-gpu-h100-8-8gpu-8x2portcx7
 DEMO_REPORT ?= _output/demo
 FUZZTIME     ?= 10s
 
-.PHONY: all build test vet demo demo-topo bench fuzz clean
+.PHONY: all build test test-compat vet demo demo-topo bench fuzz clean
 
 all: build
 
@@ -34,6 +34,13 @@ RACE_PKGS := ./pkg/plugins/nicaffinity/ ./pkg/exporter/
 test: vet
 	$(GO) test -race -count=1 $(RACE_PKGS)
 	$(GO) test -count=1 ./...
+	$(MAKE) test-compat
+
+# scheduler-plugins' NodeResourceTopologyMatch, as released, on the objects
+# the exporter publishes: a module of its own (test/compat/go.mod), built
+# once against the Kubernetes version scheduler-plugins pins.
+test-compat:
+	cd test/compat && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # The main job: a simulated cluster of real machine shapes, the same workload
 # through nicaffinity and through the default scheduler (about a minute).
