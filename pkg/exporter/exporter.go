@@ -182,7 +182,7 @@ type Exporter struct {
 	// every pod event.
 	foreign      *ForeignOwnerError
 	retryForeign bool
-	podLister     corelisters.PodLister
+	podLister    corelisters.PodLister
 }
 
 // New builds an exporter. kube and pub may be nil for --no-publish use (Build only).
