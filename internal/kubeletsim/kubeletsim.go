@@ -348,8 +348,10 @@ func (k *Kubelet) planned(pod *corev1.Pod, want int) []*gpuallocator.Device {
 
 func (k *Kubelet) devicesOf(pod *corev1.Pod, a Assignment) []podresources.Device {
 	var out []podresources.Device
+	// The kubelet reports a device's NUMA node in List as in
+	// GetAllocatableResources: the Node zones count held GPUs by it.
 	for _, g := range a.GPUs {
-		out = append(out, podresources.Device{Resource: k.cfg.GPUResource, ID: GPUID(k.cfg.Topology, g)})
+		out = append(out, podresources.Device{Resource: k.cfg.GPUResource, ID: GPUID(k.cfg.Topology, g), NUMANodes: []int{topology.NUMAOf(k.cfg.Topology.GPUs[g].PCI)}})
 	}
 	for _, vf := range a.VFs {
 		out = append(out, podresources.Device{Resource: k.cfg.SRIOVResource, ID: vf})

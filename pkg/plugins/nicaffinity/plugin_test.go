@@ -100,6 +100,13 @@ func TestFilter(t *testing.T) {
 			return o
 		}()}, node: "bad", pod: podSpec{gpus: 1, extra: []string{rdma, "1"}},
 			wantCode: fwk.UnschedulableAndUnresolvable, wantMsg: "NodeResourceTopology cannot be read: GPU zone gpu-1: cost 77"},
+		{name: "object written by another updater", objs: []*v1alpha2.NodeResourceTopology{func() *v1alpha2.NodeResourceTopology {
+			o := &v1alpha2.NodeResourceTopology{ObjectMeta: metav1.ObjectMeta{Name: "nfd", ManagedFields: []metav1.ManagedFieldsEntry{
+				{Manager: "node-feature-discovery-topology-updater", Operation: metav1.ManagedFieldsOperationApply}}}}
+			o.Zones = v1alpha2.ZoneList{{Name: "node-0", Type: "Node"}}
+			return o
+		}()}, node: "nfd", pod: podSpec{gpus: 1, extra: []string{rdma, "1"}},
+			wantCode: fwk.UnschedulableAndUnresolvable, wantMsg: `NodeResourceTopology cannot be read: written by "node-feature-discovery-topology-updater", not by nicaffinity's exporter`},
 		{name: "whole node left alone", objs: []*v1alpha2.NodeResourceTopology{handNRT("n", 0, 1, 2, 3, 4, 5, 6, 7)}, node: "n",
 			pod: podSpec{gpus: 8, extra: []string{rdma, "1"}}},
 	}
