@@ -35,6 +35,10 @@ type Allocation struct {
 	Node string `json:"node"`
 	// GPUs by PCI bus ID.
 	GPUs []string `json:"gpus"`
+	// UUIDs of the same GPUs, in the same order, where the node's object
+	// names them (NVML): the NVIDIA device plugin's device IDs, which the
+	// allocation proxy answers the kubelet with.
+	UUIDs []string `json:"uuids,omitempty"`
 	// NICs by RDMA device name.
 	NICs  []string `json:"nics,omitempty"`
 	Level string   `json:"level,omitempty"`
@@ -80,6 +84,9 @@ func ParseAllocation(s string) (Allocation, error) {
 			return a, fmt.Errorf("annotation %s: gpus[%d]: %w", AllocationKey, i, err)
 		}
 		a.GPUs[i] = n
+	}
+	if len(a.UUIDs) > 0 && len(a.UUIDs) != len(a.GPUs) {
+		return a, fmt.Errorf("annotation %s: %d uuids for %d gpus", AllocationKey, len(a.UUIDs), len(a.GPUs))
 	}
 	if a.Level != "" {
 		if _, err := topology.ParseLevel(a.Level); err != nil {

@@ -32,8 +32,8 @@ func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod
 		}
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
 	}
-	if req.gpus >= len(v.c.GPUs) {
-		return nil
+	if req.gpus > len(v.c.GPUs) {
+		return nil // more than the node has: NodeResourcesFit says so
 	}
 	if v.stale && pl.args.StaleTopology == StaleReject {
 		return fwk.NewStatus(fwk.Unschedulable, "NodeResourceTopology has not caught up with pods placed on this node yet")

@@ -39,7 +39,8 @@ func TestPreFilter(t *testing.T) {
 		wantMsg  string
 	}{
 		{"no GPU", podSpec{gpus: 0}, fwk.Skip, ""},
-		{"every GPU of the largest node", podSpec{gpus: 8, extra: []string{rdma, "1"}}, fwk.Skip, ""},
+		{"every GPU of the largest node, no RDMA", podSpec{gpus: 8}, fwk.Skip, ""},
+		{"every GPU of the largest node with RDMA", podSpec{gpus: 8, extra: []string{rdma, "1"}}, fwk.Success, ""},
 		{"two GPUs with RDMA", podSpec{gpus: 2, extra: []string{rdma, "1"}}, fwk.Success, ""},
 		{"bad max-level", podSpec{gpus: 2, ann: map[string]string{annotations.MaxLevel: "near"}}, fwk.UnschedulableAndUnresolvable, "nicaffinity.io/max-level"},
 		{"bad policy", podSpec{gpus: 2, ann: map[string]string{annotations.Policy: "maybe"}}, fwk.UnschedulableAndUnresolvable, "nicaffinity.io/policy"},
@@ -107,7 +108,11 @@ func TestFilter(t *testing.T) {
 			return o
 		}()}, node: "nfd", pod: podSpec{gpus: 1, extra: []string{rdma, "1"}},
 			wantCode: fwk.UnschedulableAndUnresolvable, wantMsg: `NodeResourceTopology cannot be read: written by "node-feature-discovery-topology-updater", not by nicaffinity's exporter`},
-		{name: "whole node left alone", objs: []*v1alpha2.NodeResourceTopology{handNRT("n", 0, 1, 2, 3, 4, 5, 6, 7)}, node: "n",
+		{name: "whole node without RDMA left alone", objs: []*v1alpha2.NodeResourceTopology{handNRT("n", 0, 1, 2, 3, 4, 5, 6, 7)}, node: "n",
+			pod: podSpec{gpus: 8}},
+		{name: "whole node with RDMA: every GPU needs its NIC", objs: []*v1alpha2.NodeResourceTopology{handNRT("n", 0, 1, 2, 3, 4, 5, 6, 7)}, node: "n",
+			pod: podSpec{gpus: 8, extra: []string{rdma, "1"}}, wantCode: fwk.UnschedulableAndUnresolvable, wantMsg: "only 4 of the 8 free GPUs have a NIC at PXB or closer; the pod needs 8"},
+		{name: "whole node with RDMA on a NIC per GPU", objs: []*v1alpha2.NodeResourceTopology{h100}, node: "h100",
 			pod: podSpec{gpus: 8, extra: []string{rdma, "1"}}},
 	}
 	for _, tc := range tests {
@@ -372,11 +377,12 @@ func TestCacheConcurrent(t *testing.T) {
 	wg.Wait()
 }
 
-// TestSkippedPodThroughLaterPoints: PreFilter skips whole-node pods, yet the
-// framework still calls Score, Reserve and PreBind's preflight for them.
+// TestSkippedPodThroughLaterPoints: PreFilter skips whole-node pods without
+// RDMA, yet the framework still calls Score, Reserve and PreBind's
+// preflight for them.
 func TestSkippedPodThroughLaterPoints(t *testing.T) {
 	pl, _ := newTestPlugin(t, nil, handNRT("n", 0, 1, 2, 3, 4, 5, 6, 7))
-	pod := makePod("whole", 8, nil, rdma, "1")
+	pod := makePod("whole", 8, nil)
 	cycle, st := preFilter(t, pl, pod, nodeInfo("n", 8))
 	if st.Code() != fwk.Skip {
 		t.Fatalf("PreFilter = %v, want Skip", st)
@@ -965,5 +971,30 @@ func TestWaitForCRD(t *testing.T) {
 	err := waitForCRD(t.Context(), missing, 20*time.Millisecond, time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "NodeResourceTopology CRD (noderesourcetopologies.topology.node.k8s.io, version v1alpha2) is not served") {
 		t.Errorf("CRD missing: %v", err)
+	}
+}
+
+// TestWholeNodeRDMAScore: a pod that takes every GPU and needs RDMA scores
+// higher where every GPU has its own NIC (HGX H100) than where half of them
+// have none, and Reserve plans all of its GPUs so the kubelet can follow.
+func TestWholeNodeRDMAScore(t *testing.T) {
+	h100 := machineNRT(t, "h100", sysfstest.HGXH100)
+	pl, _ := newTestPlugin(t, nil, h100, handNRT("half", 0, 1, 2, 3, 4, 5, 6, 7))
+	pod := makePod("whole", 8, map[string]string{annotations.Policy: "preferred"}, rdma, "1")
+	cycle, st := preFilter(t, pl, pod, nodeInfo("h100", 8), nodeInfo("half", 8))
+	if !st.IsSuccess() {
+		t.Fatalf("PreFilter = %v", st)
+	}
+	full, _ := pl.Score(t.Context(), cycle, pod, nodeInfo("h100", 8))
+	half, _ := pl.Score(t.Context(), cycle, pod, nodeInfo("half", 8))
+	if full <= half {
+		t.Errorf("Score on a NIC per GPU %d, on half the GPUs with a NIC %d: want the first higher", full, half)
+	}
+	if st := pl.Reserve(t.Context(), cycle, pod, "h100"); !st.IsSuccess() {
+		t.Fatalf("Reserve = %v", st)
+	}
+	s, err := getState(cycle)
+	if err != nil || s.planned == nil || len(s.planned.GPUs) != 8 || s.planned.Level != "PIX" {
+		t.Errorf("plan %+v, %v; want all 8 GPUs at PIX", s.planned, err)
 	}
 }

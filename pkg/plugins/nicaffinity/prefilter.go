@@ -84,15 +84,18 @@ func (pl *NICAffinity) podRequest(pod *v1.Pod) (*request, bool, error) {
 	return req, true, nil
 }
 
-// PreFilter computes the request. Pods without GPUs, and pods that take at
-// least every GPU of the largest node, are skipped: whole nodes are aligned
-// by construction.
+// PreFilter computes the request. Pods without GPUs, and pods without RDMA
+// that take at least every GPU of the largest node, are skipped: the GPUs
+// of a whole node are all theirs. A whole-node pod that needs RDMA is not:
+// on a node with fewer NICs than GPUs some of its GPUs lose GPUDirect, so
+// Filter applies its level to every GPU and Score prefers nodes where every
+// GPU has its NIC.
 func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	req, ok, err := pl.podRequest(pod)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	if !ok || takesLargestNode(nodes, v1.ResourceName(pl.args.GPUResourceName), int64(req.gpus)) {
+	if !ok || !req.rdma && takesLargestNode(nodes, v1.ResourceName(pl.args.GPUResourceName), int64(req.gpus)) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	cycle.Write(stateKey, &preFilterState{req: *req})

@@ -27,7 +27,7 @@ func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v
 		return nil // skipped in PreFilter: nothing to plan
 	}
 	v, _ := pl.cache.View(node)
-	if v == nil || s.req.gpus >= len(v.c.GPUs) {
+	if v == nil || s.req.gpus > len(v.c.GPUs) {
 		return nil // nothing to plan against: the kubelet decides alone
 	}
 	li := v.bestLevel(&s.req)
@@ -56,13 +56,19 @@ func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v
 	pl.cache.Reserve(node, pod.UID, gpus, vfs)
 	alloc := &annotations.Allocation{Node: node, NRTGeneration: v.c.Generation}
 	worst := topology.LevelX
+	uuids := true
 	for g := range v.c.GPUs {
 		if gpus&(nrt.GPUSet(1)<<g) != 0 {
 			alloc.GPUs = append(alloc.GPUs, v.c.GPUs[g].BusID)
+			alloc.UUIDs = append(alloc.UUIDs, v.c.GPUs[g].UUID)
+			uuids = uuids && v.c.GPUs[g].UUID != ""
 			if s.req.rdma {
 				worst = max(worst, v.c.BestLevel[g])
 			}
 		}
+	}
+	if !uuids {
+		alloc.UUIDs = nil // all or none: the object names GPUs by UUID only with NVML
 	}
 	for _, n := range nics {
 		alloc.NICs = append(alloc.NICs, v.c.NICs[n].Name)

@@ -90,7 +90,7 @@ func (pl *NICAffinity) precompute(v *nodeView) {
 }
 
 func (pl *NICAffinity) nodeScore(v *nodeView, req *request) int64 {
-	if req.gpus >= len(v.c.GPUs) {
+	if req.gpus > len(v.c.GPUs) || !req.rdma && req.gpus == len(v.c.GPUs) {
 		return fwk.MaxNodeScore
 	}
 	if !req.rdma {

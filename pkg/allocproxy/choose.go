@@ -1,0 +1,185 @@
+// Package allocproxy sits between the kubelet and a vendor device plugin
+// (the NVIDIA device plugin, the SR-IOV network device plugin) and answers
+// the kubelet's GetPreferredAllocation with the devices nicaffinity's
+// scheduler planned for the pod being admitted.
+//
+// The kubelet's request names no pod. Choose, the pure core, finds it: the
+// oldest pod bound to this node whose plan is not yet realized, whose
+// planned size matches the request and whose planned devices are all
+// available. The gRPC edges (server.go) and the simulated kubelet both run
+// Choose; neither has a copy of it.
+package allocproxy
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+)
+
+// Kind says how a resource's device IDs relate to a plan.
+type Kind int
+
+const (
+	// KindGPU: device IDs are GPU UUIDs (the NVIDIA device plugin's default)
+	// or PCI bus IDs; the plan names each GPU.
+	KindGPU Kind = iota
+	// KindVF: device IDs are VF PCI addresses (the SR-IOV network device
+	// plugin); the plan names the NICs whose VFs the pod should get.
+	KindVF
+)
+
+// Candidate is a pod bound to this node that carries a plan and holds none
+// of the resource yet: perhaps the pod the kubelet is admitting.
+type Candidate struct {
+	Namespace, Name string
+	UID             types.UID
+	// Created orders candidates: the kubelet admits pods in the order they
+	// reach it, which is the order they were bound, close to creation.
+	Created time.Time
+	Plan    annotations.Allocation
+	// Requests is the pod's request per resource, from its spec.
+	Requests map[string]int64
+}
+
+// Key is namespace/name.
+func (c *Candidate) Key() string { return c.Namespace + "/" + c.Name }
+
+// Request is one container's GetPreferredAllocation request.
+type Request struct {
+	Resource    string
+	Kind        Kind
+	Available   []string
+	MustInclude []string
+	Size        int
+}
+
+// Reasons a plan is not used, as metric label values.
+const (
+	ReasonNoPlan       = "no-plan"
+	ReasonTaken        = "devices-taken"
+	ReasonUnknownIDs   = "unknown-device-ids"
+	ReasonMustInclude  = "must-include"
+	ReasonVendorFailed = "vendor-failed"
+)
+
+// Choice is Choose's answer. With IDs, the plan of Pod is followed. Without,
+// Reason and Message say why not, and Pod is the pod the request most
+// likely is (the oldest candidate of that size), when there is one.
+type Choice struct {
+	Pod     *Candidate
+	IDs     []string
+	Reason  string
+	Message string
+}
+
+// Choose finds the candidate the request is for and its planned device IDs.
+// vfPF maps a VF's PCI address to the RDMA device name of its PF (KindVF
+// only). It never fails: without a usable plan the Choice says why.
+func Choose(req Request, cands []Candidate, vfPF map[string]string) Choice {
+	ordered := make([]*Candidate, 0, len(cands))
+	for i := range cands {
+		c := &cands[i]
+		if c.Requests[req.Resource] == int64(req.Size) && (req.Kind != KindGPU || len(c.Plan.GPUs) == req.Size) {
+			ordered = append(ordered, c)
+		}
+	}
+	if len(ordered) == 0 {
+		return Choice{Reason: ReasonNoPlan, Message: fmt.Sprintf("no pod on this node with a plan for %d %s", req.Size, req.Resource)}
+	}
+	sort.SliceStable(ordered, func(i, j int) bool {
+		if !ordered[i].Created.Equal(ordered[j].Created) {
+			return ordered[i].Created.Before(ordered[j].Created)
+		}
+		return ordered[i].Key() < ordered[j].Key()
+	})
+	available := make(map[string]bool, len(req.Available))
+	for _, id := range req.Available {
+		available[id] = true
+	}
+	var first Choice
+	for _, c := range ordered {
+		var ch Choice
+		if req.Kind == KindGPU {
+			ch = gpuPlan(req, c, available)
+		} else {
+			ch = vfPlan(req, c, available, vfPF)
+		}
+		ch.Pod = c
+		if ch.IDs != nil {
+			return ch
+		}
+		if first.Pod == nil {
+			first = ch
+		}
+	}
+	return first
+}
+
+// gpuPlan maps the planned GPUs to device IDs: the UUID the plan carries
+// when the vendor offers it, else the bus ID.
+func gpuPlan(req Request, c *Candidate, available map[string]bool) Choice {
+	ids := make([]string, 0, len(c.Plan.GPUs))
+	var missing, taken []string
+	for i, bus := range c.Plan.GPUs {
+		id := bus
+		if i < len(c.Plan.UUIDs) && c.Plan.UUIDs[i] != "" && available[c.Plan.UUIDs[i]] {
+			id = c.Plan.UUIDs[i]
+		}
+		switch {
+		case available[id]:
+			ids = append(ids, id)
+		case i < len(c.Plan.UUIDs) && c.Plan.UUIDs[i] != "":
+			taken = append(taken, bus)
+		default:
+			missing = append(missing, bus)
+		}
+	}
+	switch {
+	case len(taken) > 0:
+		return Choice{Reason: ReasonTaken, Message: fmt.Sprintf("planned GPUs %s of %s are not available", strings.Join(taken, ", "), c.Key())}
+	case len(missing) > 0:
+		return Choice{Reason: ReasonUnknownIDs, Message: fmt.Sprintf("planned GPUs %s of %s match no available %s device (taken, or the plan has no UUIDs and the device plugin does not name GPUs by bus ID)", strings.Join(missing, ", "), c.Key(), req.Resource)}
+	}
+	for _, m := range req.MustInclude {
+		if !slices.Contains(ids, m) {
+			return Choice{Reason: ReasonMustInclude, Message: fmt.Sprintf("the kubelet must include %s, which %s's plan does not name", m, c.Key())}
+		}
+	}
+	return Choice{IDs: ids}
+}
+
+// vfPlan takes Size available VFs of the planned NICs, the ones the kubelet
+// must include first.
+func vfPlan(req Request, c *Candidate, available map[string]bool, vfPF map[string]string) Choice {
+	if len(c.Plan.NICs) == 0 {
+		return Choice{Reason: ReasonNoPlan, Message: fmt.Sprintf("%s's plan names no NIC", c.Key())}
+	}
+	near := func(vf string) bool { return slices.Contains(c.Plan.NICs, vfPF[vf]) }
+	var ids []string
+	for _, m := range req.MustInclude {
+		if !near(m) {
+			return Choice{Reason: ReasonMustInclude, Message: fmt.Sprintf("the kubelet must include %s, which is no VF of %s's planned NICs", m, c.Key())}
+		}
+		ids = append(ids, m)
+	}
+	free := slices.Clone(req.Available)
+	slices.Sort(free)
+	for _, vf := range free {
+		if len(ids) == req.Size {
+			break
+		}
+		if near(vf) && !slices.Contains(ids, vf) {
+			ids = append(ids, vf)
+		}
+	}
+	if len(ids) < req.Size {
+		return Choice{Reason: ReasonTaken, Message: fmt.Sprintf("%d of the %d %s VFs %s needs are available on its planned NICs %s", len(ids), req.Size, req.Resource, c.Key(), strings.Join(c.Plan.NICs, ", "))}
+	}
+	return Choice{IDs: ids}
+}

@@ -1,0 +1,96 @@
+package allocproxy
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+)
+
+var t0 = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+
+// cand builds a candidate created at t0+age seconds with a plan of GPUs
+// (bus IDs, with UUIDs "GPU-<bus>" when uuids) and NICs.
+func cand(name string, age int, uuids bool, gpus []string, nics ...string) Candidate {
+	c := Candidate{Namespace: "ml", Name: name, UID: types.UID("uid-" + name), Created: t0.Add(time.Duration(age) * time.Second),
+		Plan: annotations.Allocation{Node: "n", GPUs: gpus, NICs: nics}, Requests: map[string]int64{"nvidia.com/gpu": int64(len(gpus))}}
+	if uuids {
+		for _, g := range gpus {
+			c.Plan.UUIDs = append(c.Plan.UUIDs, "GPU-"+g)
+		}
+	}
+	return c
+}
+
+func gpuReq(size int, available ...string) Request {
+	return Request{Resource: "nvidia.com/gpu", Kind: KindGPU, Size: size, Available: available}
+}
+
+func TestChoose(t *testing.T) {
+	a := cand("a", 1, true, []string{"0000:15:00.0", "0000:16:00.0"}, "mlx5_0")
+	b := cand("b", 2, true, []string{"0000:25:00.0", "0000:26:00.0"}, "mlx5_1")
+	one := cand("one", 0, true, []string{"0000:35:00.0"}, "mlx5_2")
+	byBus := cand("bus", 1, false, []string{"0000:15:00.0", "0000:16:00.0"}, "mlx5_0")
+	allUUIDs := []string{"GPU-0000:15:00.0", "GPU-0000:16:00.0", "GPU-0000:25:00.0", "GPU-0000:26:00.0", "GPU-0000:35:00.0", "GPU-0000:36:00.0"}
+	vf := func(name string, age int, n int64, nics ...string) Candidate {
+		c := cand(name, age, false, []string{"0000:15:00.0"}, nics...)
+		c.Requests["sriov"] = n
+		return c
+	}
+	vfPF := map[string]string{"0000:18:00.2": "mlx5_0", "0000:18:00.3": "mlx5_0", "0000:28:00.2": "mlx5_1", "0000:28:00.3": "mlx5_1"}
+	tests := []struct {
+		name       string
+		req        Request
+		cands      []Candidate
+		wantPod    string
+		wantIDs    []string
+		wantReason string
+	}{
+		{"the oldest pod of that size gets its plan", gpuReq(2, allUUIDs...), []Candidate{b, a, one},
+			"a", []string{"GPU-0000:15:00.0", "GPU-0000:16:00.0"}, ""},
+		{"back to back: once a is realized, b gets its own plan", gpuReq(2, allUUIDs[2:]...), []Candidate{b, one},
+			"b", []string{"GPU-0000:25:00.0", "GPU-0000:26:00.0"}, ""},
+		{"size picks the pod", gpuReq(1, allUUIDs...), []Candidate{a, b, one},
+			"one", []string{"GPU-0000:35:00.0"}, ""},
+		{"no pod with a plan of that size", gpuReq(4, allUUIDs...), []Candidate{a, b, one}, "", nil, ReasonNoPlan},
+		{"no candidates", gpuReq(1, allUUIDs...), nil, "", nil, ReasonNoPlan},
+		{"the oldest pod's GPUs are taken: the next that fits", gpuReq(2, allUUIDs[1:]...), []Candidate{a, b},
+			"b", []string{"GPU-0000:25:00.0", "GPU-0000:26:00.0"}, ""},
+		{"every plan's GPUs taken: fall back, naming the oldest pod", gpuReq(2, allUUIDs[4:]...), []Candidate{b, a},
+			"a", nil, ReasonTaken},
+		{"the kubelet must include a GPU the plan does not name", Request{Resource: "nvidia.com/gpu", Kind: KindGPU, Size: 2, Available: allUUIDs, MustInclude: []string{"GPU-0000:36:00.0"}},
+			[]Candidate{a}, "a", nil, ReasonMustInclude},
+		{"a device plugin naming GPUs by bus ID", gpuReq(2, "0000:15:00.0", "0000:16:00.0", "0000:25:00.0"), []Candidate{byBus},
+			"bus", []string{"0000:15:00.0", "0000:16:00.0"}, ""},
+		{"a plan with UUIDs, a device plugin with bus IDs", gpuReq(2, "0000:15:00.0", "0000:16:00.0"), []Candidate{a},
+			"a", []string{"0000:15:00.0", "0000:16:00.0"}, ""},
+		{"a plan without UUIDs, a device plugin with UUIDs", gpuReq(2, allUUIDs...), []Candidate{byBus},
+			"bus", nil, ReasonUnknownIDs},
+		{"VFs of the planned NIC", Request{Resource: "sriov", Kind: KindVF, Size: 2, Available: []string{"0000:28:00.2", "0000:18:00.3", "0000:18:00.2"}},
+			[]Candidate{vf("v", 1, 2, "mlx5_0")}, "v", []string{"0000:18:00.2", "0000:18:00.3"}, ""},
+		{"VFs: not enough on the planned NIC", Request{Resource: "sriov", Kind: KindVF, Size: 2, Available: []string{"0000:28:00.2", "0000:18:00.3"}},
+			[]Candidate{vf("v", 1, 2, "mlx5_0")}, "v", nil, ReasonTaken},
+		{"VFs: a plan without NICs", Request{Resource: "sriov", Kind: KindVF, Size: 1, Available: []string{"0000:18:00.2"}},
+			[]Candidate{vf("v", 1, 1)}, "v", nil, ReasonNoPlan},
+		{"VFs: must include one of another NIC", Request{Resource: "sriov", Kind: KindVF, Size: 1, Available: []string{"0000:18:00.2"}, MustInclude: []string{"0000:28:00.2"}},
+			[]Candidate{vf("v", 1, 1, "mlx5_0")}, "v", nil, ReasonMustInclude},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Choose(tc.req, tc.cands, vfPF)
+			pod := ""
+			if got.Pod != nil {
+				pod = got.Pod.Name
+			}
+			if diff := cmp.Diff([]any{tc.wantPod, tc.wantIDs, tc.wantReason}, []any{pod, got.IDs, got.Reason}); diff != "" {
+				t.Errorf("(-want,+got):\n%s\nmessage: %s", diff, got.Message)
+			}
+			if got.IDs == nil && got.Message == "" {
+				t.Error("a fallback without a message")
+			}
+		})
+	}
+}
