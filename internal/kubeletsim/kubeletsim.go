@@ -97,22 +97,18 @@ func linkTypes(l topology.Link) []int {
 	return []int{pcie[l.Level]}
 }
 
-// New prepares a kubelet; Start runs it.
-func New(cfg Config, kube kubernetes.Interface) (*Kubelet, error) {
-	if cfg.Policy == "" {
-		cfg.Policy = BestEffort
-	}
-	k := &Kubelet{cfg: cfg, kube: kube, server: podresourcestest.New(cfg.Socket), freeVF: map[string]bool{}, assigned: map[types.UID]Assignment{}, keys: map[types.UID][2]string{}}
-	t := cfg.Topology
+// gpuDevices is go-gpuallocator's view of the topology's GPUs: IDs as the
+// device plugin names them, links from the matrix.
+func gpuDevices(t *topology.Topology) []*gpuallocator.Device {
 	m := t.Matrix()
+	var gpus []*gpuallocator.Device
 	for i := range t.GPUs {
 		d := &gpuallocator.Device{Index: i, Links: map[int][]gpuallocator.P2PLink{}}
 		d.UUID = GPUID(t, i)
-		k.gpus = append(k.gpus, d)
-		k.freeGPU = append(k.freeGPU, true)
+		gpus = append(gpus, d)
 	}
-	for i, d := range k.gpus {
-		for j, peer := range k.gpus {
+	for i, d := range gpus {
+		for j, peer := range gpus {
 			if i == j {
 				continue
 			}
@@ -120,6 +116,44 @@ func New(cfg Config, kube kubernetes.Interface) (*Kubelet, error) {
 				d.Links[j] = append(d.Links[j], p2pLink(peer, lt))
 			}
 		}
+	}
+	return gpus
+}
+
+// BestEffortIDs is the NVIDIA device plugin's preferred allocation:
+// go-gpuallocator's best-effort policy over the GPUs of t that available
+// names (device IDs as GPUID gives them), with required among them.
+func BestEffortIDs(t *topology.Topology, available, required []string, size int) []string {
+	byID := map[string]*gpuallocator.Device{}
+	for _, d := range gpuDevices(t) {
+		byID[d.UUID] = d
+	}
+	pick := func(ids []string) []*gpuallocator.Device {
+		var out []*gpuallocator.Device
+		for _, id := range ids {
+			if d, ok := byID[id]; ok {
+				out = append(out, d)
+			}
+		}
+		return out
+	}
+	var out []string
+	for _, d := range gpuallocator.NewBestEffortPolicy().Allocate(pick(available), pick(required), size) {
+		out = append(out, d.UUID)
+	}
+	return out
+}
+
+// New prepares a kubelet; Start runs it.
+func New(cfg Config, kube kubernetes.Interface) (*Kubelet, error) {
+	if cfg.Policy == "" {
+		cfg.Policy = BestEffort
+	}
+	k := &Kubelet{cfg: cfg, kube: kube, server: podresourcestest.New(cfg.Socket), freeVF: map[string]bool{}, assigned: map[types.UID]Assignment{}, keys: map[types.UID][2]string{}}
+	t := cfg.Topology
+	k.gpus = gpuDevices(t)
+	for range t.GPUs {
+		k.freeGPU = append(k.freeGPU, true)
 	}
 	switch cfg.Policy {
 	case BestEffort:

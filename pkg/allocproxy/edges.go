@@ -1,0 +1,85 @@
+package allocproxy
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/klog/v2"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+)
+
+// PodPlans reads the candidates from the pods of this node an informer
+// holds. A plan that does not parse, or names another node, is no plan.
+type PodPlans struct {
+	Node   string
+	Lister corelisters.PodLister
+}
+
+// Candidates lists the node's live pods that carry a plan.
+func (pp PodPlans) Candidates() []Candidate {
+	pods, err := pp.Lister.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var out []Candidate
+	for _, pod := range pods {
+		if c, ok := CandidateOf(pp.Node, pod); ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// CandidateOf reads one pod: bound to node, not finished or going, with a
+// plan for node.
+func CandidateOf(node string, pod *corev1.Pod) (Candidate, bool) {
+	if pod.Spec.NodeName != node || pod.DeletionTimestamp != nil ||
+		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return Candidate{}, false
+	}
+	v, ok := pod.Annotations[annotations.AllocationKey]
+	if !ok {
+		return Candidate{}, false
+	}
+	plan, err := annotations.ParseAllocation(v)
+	if err != nil || plan.Node != node {
+		klog.V(2).InfoS("Pod's plan is unusable", "pod", klog.KObj(pod), "err", err, "planNode", plan.Node)
+		return Candidate{}, false
+	}
+	reqs := map[string]int64{}
+	for name, q := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}) {
+		if v := q.Value(); v > 0 {
+			reqs[string(name)] = v
+		}
+	}
+	return Candidate{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Created: pod.CreationTimestamp.Time, Plan: plan, Requests: reqs}, true
+}
+
+// PodResourcesHeld reads which pods hold devices from the kubelet's
+// podresources API.
+type PodResourcesHeld struct {
+	Source podresources.Source
+}
+
+// Holding lists the pods (namespace/name) that hold devices of resource.
+func (h PodResourcesHeld) Holding(ctx context.Context, resource string) (map[string]bool, error) {
+	snap, err := h.Source.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, p := range snap.Pods {
+		for _, d := range p.Devices {
+			if d.Resource == resource {
+				out[p.Namespace+"/"+p.Name] = true
+				break
+			}
+		}
+	}
+	return out, nil
+}

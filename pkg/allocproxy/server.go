@@ -1,0 +1,491 @@
+package allocproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// Config tunes a Proxy.
+type Config struct {
+	// KubeletDir is the kubelet's device-plugin directory
+	// (/var/lib/kubelet/device-plugins): its kubelet.sock and the proxy's
+	// sockets for the kubelet.
+	KubeletDir string
+	// VendorDir is the proxy's own directory, mounted as the vendor
+	// plugins' device-plugin directory: they register at its kubelet.sock
+	// and serve their sockets there.
+	VendorDir string
+	// Kinds says how to read plans for a resource. Resources not listed
+	// are forwarded untouched, preferences included.
+	Kinds map[string]Kind
+	// VFPF maps a VF's PCI address to the RDMA device name of its PF.
+	VFPF map[string]string
+	// Timeout bounds one GetPreferredAllocation: the plan lookup and the
+	// vendor's preference together. Past it the kubelet gets no preference
+	// and chooses itself; admission is never held longer.
+	Timeout time.Duration
+	// ClaimTTL is how long a plan handed to the kubelet counts as taken
+	// while the pod does not show as holding the devices yet.
+	ClaimTTL time.Duration
+	// Poll is how often the kubelet's socket is checked for a restart.
+	Poll time.Duration
+}
+
+// Plans lists the pods of this node that carry a plan (the informer edge).
+type Plans interface {
+	Candidates() []Candidate
+}
+
+// Held says which pods already hold devices of a resource (the kubelet's
+// podresources List): their plans are realized.
+type Held interface {
+	Holding(ctx context.Context, resource string) (map[string]bool, error)
+}
+
+// Metrics are the proxy's Prometheus metrics.
+type Metrics struct {
+	Registry      *prometheus.Registry
+	Preferred     *prometheus.CounterVec
+	Registrations *prometheus.CounterVec
+}
+
+// NewMetrics registers the proxy's metrics.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		Preferred: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nicaffinity_allocation_proxy_preferred_total",
+			Help: "GetPreferredAllocation answers by resource and result: plan (the scheduler's plan), or why not (no-plan, devices-taken, unknown-device-ids, must-include, vendor-failed).",
+		}, []string{"resource", "result"}),
+		Registrations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nicaffinity_allocation_proxy_registrations_total",
+			Help: "Registrations by side (vendor: a device plugin with the proxy; kubelet: the proxy with the kubelet) and result.",
+		}, []string{"side", "result"}),
+	}
+	m.Registry.MustRegister(m.Preferred, m.Registrations,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+// Proxy is one node's allocation proxy.
+type Proxy struct {
+	cfg      Config
+	plans    Plans
+	held     Held
+	recorder record.EventRecorder
+	metrics  *Metrics
+
+	regMu   sync.Mutex
+	mu      sync.Mutex
+	fronts  map[string]*front
+	claimed map[string]time.Time // namespace/name/resource -> when its plan was handed out
+	now     func() time.Time
+}
+
+// New builds a proxy; recorder may be nil (no Events).
+func New(cfg Config, plans Plans, held Held, recorder record.EventRecorder, m *Metrics) *Proxy {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 2 * time.Second
+	}
+	if cfg.ClaimTTL <= 0 {
+		cfg.ClaimTTL = 2 * time.Minute
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = time.Second
+	}
+	if m == nil {
+		m = NewMetrics()
+	}
+	return &Proxy{cfg: cfg, plans: plans, held: held, recorder: recorder, metrics: m,
+		fronts: map[string]*front{}, claimed: map[string]time.Time{}, now: time.Now}
+}
+
+// Metrics returns the proxy's metrics.
+func (p *Proxy) Metrics() *Metrics { return p.metrics }
+
+// Run serves vendor registrations in VendorDir and keeps every front
+// registered with the kubelet (again after a kubelet restart) until ctx ends.
+func (p *Proxy) Run(ctx context.Context) error {
+	if err := os.MkdirAll(p.cfg.VendorDir, 0o750); err != nil {
+		return err
+	}
+	// A new registration socket is what tells vendor plugins that watch
+	// it (the NVIDIA and SR-IOV device plugins do) to register again:
+	// after a proxy restart they come back on their own.
+	sock := filepath.Join(p.cfg.VendorDir, filepath.Base(pluginapi.KubeletSocket))
+	_ = os.Remove(sock)
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("registration socket: %w", err)
+	}
+	srv := grpc.NewServer()
+	pluginapi.RegisterRegistrationServer(srv, &registration{p: p})
+	go func() { _ = srv.Serve(l) }()
+	klog.InfoS("Allocation proxy serving vendor registrations", "socket", sock, "kubeletDir", p.cfg.KubeletDir)
+
+	defer func() {
+		srv.Stop()
+		_ = os.Remove(sock)
+		p.mu.Lock()
+		for _, f := range p.fronts {
+			f.stop()
+		}
+		p.fronts = map[string]*front{}
+		p.mu.Unlock()
+	}()
+	tick := time.NewTicker(p.cfg.Poll)
+	defer tick.Stop()
+	var kubeletSock fileID
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		id := fileIDOf(filepath.Join(p.cfg.KubeletDir, filepath.Base(pluginapi.KubeletSocket)))
+		restarted := id != (fileID{}) && kubeletSock != (fileID{}) && id != kubeletSock
+		if id != (fileID{}) {
+			kubeletSock = id
+		}
+		p.mu.Lock()
+		fronts := make([]*front, 0, len(p.fronts))
+		for _, f := range p.fronts {
+			fronts = append(fronts, f)
+		}
+		p.mu.Unlock()
+		for _, f := range fronts {
+			// The kubelet removes every socket of its directory when it
+			// starts: serve ours again and register again.
+			if restarted || !exists(f.socket) {
+				klog.InfoS("The kubelet restarted or our socket went: registering again", "resource", f.resource)
+				if err := f.serve(); err != nil {
+					klog.ErrorS(err, "Serving the kubelet again", "resource", f.resource)
+					continue
+				}
+				f.registered.Store(false)
+			}
+			if !f.registered.Load() {
+				f.registered.Store(p.registerWithKubelet(ctx, f) == nil)
+			}
+		}
+	}
+}
+
+// fileID tells a file from the one it replaced: inode numbers are reused
+// at once on most file systems, change times are not.
+type fileID struct {
+	ino       uint64
+	sec, nsec int64
+}
+
+// fileIDOf is the zero fileID when path does not exist.
+func fileIDOf(path string) fileID {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fileID{}
+	}
+	s, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{sec: st.ModTime().UnixNano()}
+	}
+	return fileID{ino: s.Ino, sec: s.Ctim.Sec, nsec: s.Ctim.Nsec}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+type registration struct {
+	pluginapi.UnimplementedRegistrationServer
+	p *Proxy
+}
+
+// Register takes a vendor plugin's registration: its resource is fronted
+// by a socket of the proxy's, registered with the kubelet in its place.
+func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	p := r.p
+	// One registration at a time: a vendor's old front must be gone
+	// before its new one serves the same socket name.
+	p.regMu.Lock()
+	defer p.regMu.Unlock()
+	if err := validRegistration(req); err != nil {
+		p.metrics.Registrations.WithLabelValues("vendor", "refused").Inc()
+		klog.ErrorS(err, "Refused a vendor registration", "resource", req.GetResourceName(), "endpoint", req.GetEndpoint())
+		return nil, err
+	}
+	// A vendor registering again has restarted: its old front goes first
+	// (the new one serves the same socket name).
+	p.mu.Lock()
+	old := p.fronts[req.ResourceName]
+	delete(p.fronts, req.ResourceName)
+	p.mu.Unlock()
+	if old != nil {
+		old.stop()
+	}
+	f, err := p.newFront(req)
+	if err != nil {
+		p.metrics.Registrations.WithLabelValues("vendor", "error").Inc()
+		return nil, err
+	}
+	p.mu.Lock()
+	p.fronts[req.ResourceName] = f
+	p.mu.Unlock()
+	p.metrics.Registrations.WithLabelValues("vendor", "ok").Inc()
+	klog.InfoS("Vendor plugin registered", "resource", req.ResourceName, "endpoint", req.Endpoint, "preferredAllocation", req.GetOptions().GetGetPreferredAllocationAvailable())
+	// Registered with the kubelet by Run's loop at once, and again after
+	// every kubelet restart.
+	f.registered.Store(p.registerWithKubelet(ctx, f) == nil)
+	return &pluginapi.Empty{}, nil
+}
+
+// maxName bounds names from registrations (a DNS subdomain, a file name).
+const maxName = 253
+
+func validRegistration(req *pluginapi.RegisterRequest) error {
+	switch {
+	case req.GetVersion() != pluginapi.Version:
+		return fmt.Errorf("device plugin API version %q: the proxy speaks %s", req.GetVersion(), pluginapi.Version)
+	case req.GetResourceName() == "" || len(req.GetResourceName()) > maxName || !strings.Contains(req.GetResourceName(), "/"):
+		return fmt.Errorf("resource name %q: want <domain>/<name>, at most %d bytes", req.GetResourceName(), maxName)
+	case req.GetEndpoint() == "" || len(req.GetEndpoint()) > maxName || req.GetEndpoint() != filepath.Base(req.GetEndpoint()) || strings.HasPrefix(req.GetEndpoint(), "."):
+		return fmt.Errorf("endpoint %q: want a socket file name in the plugin directory", req.GetEndpoint())
+	}
+	return nil
+}
+
+// front is the proxy's device plugin for one resource: what the kubelet
+// talks to, forwarding to the vendor's plugin.
+type front struct {
+	p        *Proxy
+	resource string
+	kind     Kind
+	fronted  bool // the resource has plans (Kinds lists it)
+	socket   string
+	vendor   pluginapi.DevicePluginClient
+	conn     *grpc.ClientConn
+	opts     *pluginapi.DevicePluginOptions
+
+	mu      sync.Mutex
+	srv     *grpc.Server
+	stopped bool // replaced or shut down: never serves again
+	// registered: the kubelet has taken the front's registration since
+	// the front last (re)started serving.
+	registered atomic.Bool
+}
+
+func (p *Proxy) newFront(req *pluginapi.RegisterRequest) (*front, error) {
+	conn, err := grpc.NewClient("unix://"+filepath.Join(p.cfg.VendorDir, req.Endpoint), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("vendor plugin socket %s: %w", req.Endpoint, err)
+	}
+	kind, fronted := p.cfg.Kinds[req.ResourceName]
+	f := &front{p: p, resource: req.ResourceName, kind: kind, fronted: fronted, conn: conn, vendor: pluginapi.NewDevicePluginClient(conn),
+		opts:   req.GetOptions(),
+		socket: filepath.Join(p.cfg.KubeletDir, "nicaffinity-"+strings.NewReplacer("/", "_", ".", "_").Replace(req.ResourceName)+".sock")}
+	if f.opts == nil {
+		f.opts = &pluginapi.DevicePluginOptions{}
+	}
+	if err := f.serve(); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// serve (re)creates the front's socket in the kubelet's directory.
+func (f *front) serve() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return errors.New("front replaced or shut down")
+	}
+	if f.srv != nil {
+		f.srv.Stop()
+	}
+	_ = os.Remove(f.socket)
+	l, err := net.Listen("unix", f.socket)
+	if err != nil {
+		return fmt.Errorf("serving %s for the kubelet: %w", f.socket, err)
+	}
+	f.srv = grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(f.srv, &frontServer{f: f})
+	go func(s *grpc.Server) { _ = s.Serve(l) }(f.srv)
+	return nil
+}
+
+func (f *front) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = true
+	if f.srv != nil {
+		f.srv.Stop()
+		f.srv = nil
+	}
+	_ = os.Remove(f.socket)
+	_ = f.conn.Close()
+}
+
+func (p *Proxy) registerWithKubelet(ctx context.Context, f *front) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	conn, err := grpc.NewClient("unix://"+filepath.Join(p.cfg.KubeletDir, filepath.Base(pluginapi.KubeletSocket)), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	opts := &pluginapi.DevicePluginOptions{PreStartRequired: f.opts.PreStartRequired, GetPreferredAllocationAvailable: true}
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version: pluginapi.Version, Endpoint: filepath.Base(f.socket), ResourceName: f.resource, Options: opts})
+	if err != nil {
+		p.metrics.Registrations.WithLabelValues("kubelet", "error").Inc()
+		klog.ErrorS(err, "Registering with the kubelet; retrying", "resource", f.resource)
+		return err
+	}
+	p.metrics.Registrations.WithLabelValues("kubelet", "ok").Inc()
+	klog.InfoS("Registered with the kubelet", "resource", f.resource, "endpoint", filepath.Base(f.socket))
+	return nil
+}
+
+// frontServer is the device plugin API the kubelet sees.
+type frontServer struct {
+	pluginapi.UnimplementedDevicePluginServer
+	f *front
+}
+
+func (s *frontServer) GetDevicePluginOptions(ctx context.Context, e *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	opts, err := s.f.vendor.GetDevicePluginOptions(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	out := &pluginapi.DevicePluginOptions{PreStartRequired: opts.PreStartRequired, GetPreferredAllocationAvailable: true}
+	return out, nil
+}
+
+func (s *frontServer) ListAndWatch(e *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	vs, err := s.f.vendor.ListAndWatch(stream.Context(), e)
+	if err != nil {
+		return err
+	}
+	for {
+		resp, err := vs.Recv()
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *frontServer) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	return s.f.vendor.Allocate(ctx, req)
+}
+
+func (s *frontServer) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return s.f.vendor.PreStartContainer(ctx, req)
+}
+
+// GetPreferredAllocation answers with the plan of the pod being admitted,
+// else with the vendor's preference, else with none (the kubelet chooses).
+// It never fails: a failure here would fail the pod's admission.
+func (s *frontServer) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, cr := range req.GetContainerRequests() {
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: s.f.p.preferred(ctx, s.f, cr)})
+	}
+	return resp, nil
+}
+
+func (p *Proxy) preferred(ctx context.Context, f *front, cr *pluginapi.ContainerPreferredAllocationRequest) []string {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	if f.fronted {
+		req := Request{Resource: f.resource, Kind: f.kind, Available: cr.AvailableDeviceIDs, MustInclude: cr.MustIncludeDeviceIDs, Size: int(cr.AllocationSize)}
+		ch := Choose(req, p.candidates(ctx, f.resource), p.cfg.VFPF)
+		if ch.IDs != nil {
+			p.claim(ch.Pod.Key() + "/" + f.resource)
+			p.metrics.Preferred.WithLabelValues(f.resource, "plan").Inc()
+			klog.V(2).InfoS("Preferred allocation from the plan", "pod", ch.Pod.Key(), "resource", f.resource, "devices", ch.IDs)
+			return ch.IDs
+		}
+		p.metrics.Preferred.WithLabelValues(f.resource, ch.Reason).Inc()
+		klog.V(2).InfoS("No plan to follow; the device plugin's preference", "resource", f.resource, "size", cr.AllocationSize, "reason", ch.Message)
+		if ch.Pod != nil && ch.Reason != ReasonNoPlan && p.recorder != nil {
+			ref := &corev1.ObjectReference{Kind: "Pod", Namespace: ch.Pod.Namespace, Name: ch.Pod.Name, UID: ch.Pod.UID}
+			p.recorder.Eventf(ref, corev1.EventTypeWarning, "PlanNotFollowed", "%s: %s; the device plugin chooses instead", f.resource, ch.Message)
+		}
+	}
+	if !f.opts.GetPreferredAllocationAvailable {
+		return nil
+	}
+	vr, err := f.vendor.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{cr}})
+	if err != nil || len(vr.GetContainerResponses()) != 1 {
+		p.metrics.Preferred.WithLabelValues(f.resource, ReasonVendorFailed).Inc()
+		klog.ErrorS(err, "The device plugin gave no preference; the kubelet chooses", "resource", f.resource)
+		return nil
+	}
+	return vr.ContainerResponses[0].DeviceIDs
+}
+
+// candidates are the node's planned pods that hold none of the resource
+// yet and whose plan was not just handed out.
+func (p *Proxy) candidates(ctx context.Context, resource string) []Candidate {
+	held, err := p.held.Holding(ctx, resource)
+	if err != nil {
+		klog.ErrorS(err, "Reading which pods hold devices; counting handed-out plans only", "resource", resource)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	for k, at := range p.claimed {
+		if now.Sub(at) > p.cfg.ClaimTTL {
+			delete(p.claimed, k)
+		}
+	}
+	var out []Candidate
+	for _, c := range p.plans.Candidates() {
+		if c.Requests[resource] <= 0 || held[c.Key()] {
+			continue
+		}
+		if _, ok := p.claimed[c.Key()+"/"+resource]; ok {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func (p *Proxy) claim(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.claimed[key] = p.now()
+}
+
+// Resources lists the resources fronted now.
+func (p *Proxy) Resources() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for r := range p.fronts {
+		out = append(out, r)
+	}
+	return out
+}
