@@ -26,15 +26,16 @@ vet:
 	$(GO) vet ./...
 
 # -race is spent where concurrency lives: the plugin's cache (Filter and
-# Score read views while informers and Reserve write them) and the
-# exporter's loop. A race build of everything else would compile most of
-# k8s.io/kubernetes a second time (12 of a 25-minute cold run); every
-# package, these two included, also runs in one plain go test.
+# Score read views while informers and Reserve write them), the exporter's
+# loop and the allocation proxy's servers. A race build of everything else
+# would compile most of k8s.io/kubernetes a second time (12 of a 25-minute
+# cold run); every package, these three included, also runs in one plain
+# go test.
 #
 # go vet runs every analyzer once, over our packages and (for their facts)
 # every dependency. The go test steps run with -vet=off: their own vet
 # would analyze all of k8s.io/kubernetes again, once per build mode.
-RACE_PKGS := ./pkg/plugins/nicaffinity/ ./pkg/exporter/
+RACE_PKGS := ./pkg/plugins/nicaffinity/ ./pkg/exporter/ ./pkg/allocproxy/
 test: vet
 	$(GO) test -vet=off -race -count=1 $(RACE_PKGS)
 	$(GO) test -vet=off -count=1 ./...
@@ -80,6 +81,7 @@ fuzz:
 	  ./pkg/nrt:FuzzDecode \
 	  ./pkg/exporter:FuzzVerify \
 	  ./pkg/plugins/nicaffinity:FuzzBestCover \
+	  ./pkg/allocproxy:FuzzChoose \
 	  ./internal/sim:FuzzParseWorkload \
 	  ./internal/sim:FuzzParseCluster ; do \
 	  pkg=$${spec%%:*}; fn=$${spec##*:}; \

@@ -163,10 +163,15 @@ func vfPlan(req Request, c *Candidate, available map[string]bool, vfPF map[strin
 	near := func(vf string) bool { return slices.Contains(c.Plan.NICs, vfPF[vf]) }
 	var ids []string
 	for _, m := range req.MustInclude {
-		if !near(m) {
-			return Choice{Reason: ReasonMustInclude, Message: fmt.Sprintf("the kubelet must include %s, which is no VF of %s's planned NICs", m, c.Key())}
+		if !near(m) || !available[m] {
+			return Choice{Reason: ReasonMustInclude, Message: fmt.Sprintf("the kubelet must include %s, which is no available VF of %s's planned NICs", m, c.Key())}
 		}
-		ids = append(ids, m)
+		if !slices.Contains(ids, m) {
+			ids = append(ids, m)
+		}
+	}
+	if len(ids) > req.Size {
+		return Choice{Reason: ReasonMustInclude, Message: fmt.Sprintf("the kubelet must include %d VFs in %d", len(ids), req.Size)}
 	}
 	free := slices.Clone(req.Available)
 	slices.Sort(free)

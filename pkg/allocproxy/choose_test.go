@@ -1,6 +1,7 @@
 package allocproxy
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -93,4 +94,53 @@ func TestChoose(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzChoose: whatever the kubelet sends (available and must-include IDs,
+// sizes, a VF map), a followed plan names exactly Size distinct available
+// devices including those the kubelet must include.
+func FuzzChoose(f *testing.F) {
+	f.Add("GPU-0000:15:00.0,GPU-0000:16:00.0,GPU-0000:25:00.0", "", 2, false)
+	f.Add("0000:18:00.2,0000:18:00.3", "0000:18:00.3", 1, true)
+	f.Fuzz(func(t *testing.T, available, must string, size int, vf bool) {
+		if size < 0 || size > 64 {
+			return
+		}
+		split := func(s string) []string {
+			if s == "" {
+				return nil
+			}
+			return strings.Split(s, ",")
+		}
+		req := Request{Resource: "nvidia.com/gpu", Kind: KindGPU, Size: size, Available: split(available), MustInclude: split(must)}
+		if vf {
+			req.Resource, req.Kind = "sriov", KindVF
+		}
+		cands := []Candidate{
+			cand("a", 1, true, []string{"0000:15:00.0", "0000:16:00.0"}, "mlx5_0"),
+			cand("b", 2, false, []string{"0000:25:00.0"}, "mlx5_1"),
+		}
+		for i := range cands {
+			cands[i].Requests["sriov"] = int64(size)
+		}
+		got := Choose(req, cands, map[string]string{"0000:18:00.2": "mlx5_0", "0000:18:00.3": "mlx5_0"})
+		if got.IDs == nil {
+			return
+		}
+		if len(got.IDs) != size {
+			t.Fatalf("%d IDs for a request of %d", len(got.IDs), size)
+		}
+		seen := map[string]bool{}
+		for _, id := range got.IDs {
+			if seen[id] || !strings.Contains(","+available+",", ","+id+",") {
+				t.Fatalf("ID %q repeated or not available: %v", id, got.IDs)
+			}
+			seen[id] = true
+		}
+		for _, m := range req.MustInclude {
+			if !seen[m] {
+				t.Fatalf("must-include %q missing from %v", m, got.IDs)
+			}
+		}
+	})
 }

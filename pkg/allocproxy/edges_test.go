@@ -1,0 +1,92 @@
+package allocproxy
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+)
+
+func TestCandidateOf(t *testing.T) {
+	plan := annotations.Marshal(annotations.Allocation{Node: "n", GPUs: []string{"0000:15:00.0"}})
+	pod := func(mutate func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "p", Annotations: map[string]string{annotations.AllocationKey: plan}},
+			Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}, Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}}},
+		}
+		if mutate != nil {
+			mutate(p)
+		}
+		return p
+	}
+	now := metav1.Now()
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"a planned pod of this node", pod(nil), true},
+		{"another node", pod(func(p *corev1.Pod) { p.Spec.NodeName = "m" }), false},
+		{"a plan for another node", pod(func(p *corev1.Pod) {
+			p.Annotations[annotations.AllocationKey] = annotations.Marshal(annotations.Allocation{Node: "m", GPUs: []string{"0000:15:00.0"}})
+		}), false},
+		{"no plan", pod(func(p *corev1.Pod) { delete(p.Annotations, annotations.AllocationKey) }), false},
+		{"a plan that is not JSON", pod(func(p *corev1.Pod) { p.Annotations[annotations.AllocationKey] = "{" }), false},
+		{"a plan with a garbage bus ID", pod(func(p *corev1.Pod) { p.Annotations[annotations.AllocationKey] = `{"node":"n","gpus":["x"],"nrtGeneration":0}` }), false},
+		{"a plan with unknown fields", pod(func(p *corev1.Pod) { p.Annotations[annotations.AllocationKey] = `{"node":"n","gpus":[],"nrtGeneration":0,"more":1}` }), false},
+		{"a plan with more UUIDs than GPUs", pod(func(p *corev1.Pod) {
+			p.Annotations[annotations.AllocationKey] = `{"node":"n","gpus":["0000:15:00.0"],"uuids":["a","b"],"nrtGeneration":0}`
+		}), false},
+		{"finished", pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), false},
+		{"failed", pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), false},
+		{"being deleted", pod(func(p *corev1.Pod) { p.DeletionTimestamp = &now }), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, ok := CandidateOf("n", tc.pod)
+			if ok != tc.want {
+				t.Fatalf("candidate = %v, want %v", ok, tc.want)
+			}
+			if ok && (c.Requests["nvidia.com/gpu"] != 1 || c.Key() != "ml/p" || len(c.Plan.GPUs) != 1) {
+				t.Errorf("candidate %+v", c)
+			}
+		})
+	}
+}
+
+func TestValidRegistration(t *testing.T) {
+	ok := func() *pluginapi.RegisterRequest {
+		return &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: "nvidia-gpu.sock", ResourceName: "nvidia.com/gpu"}
+	}
+	tests := []struct {
+		name    string
+		mutate  func(*pluginapi.RegisterRequest)
+		wantErr string
+	}{
+		{"valid", func(*pluginapi.RegisterRequest) {}, ""},
+		{"old API", func(r *pluginapi.RegisterRequest) { r.Version = "v1alpha" }, `version "v1alpha"`},
+		{"no resource", func(r *pluginapi.RegisterRequest) { r.ResourceName = "" }, "resource name"},
+		{"resource without a domain", func(r *pluginapi.RegisterRequest) { r.ResourceName = "gpu" }, "resource name"},
+		{"huge resource", func(r *pluginapi.RegisterRequest) { r.ResourceName = "a/" + strings.Repeat("x", 300) }, "resource name"},
+		{"endpoint leaving the directory", func(r *pluginapi.RegisterRequest) { r.Endpoint = "../kubelet.sock" }, "endpoint"},
+		{"endpoint with a path", func(r *pluginapi.RegisterRequest) { r.Endpoint = "/var/lib/kubelet/device-plugins/kubelet.sock" }, "endpoint"},
+		{"hidden endpoint", func(r *pluginapi.RegisterRequest) { r.Endpoint = ".." }, "endpoint"},
+		{"no endpoint", func(r *pluginapi.RegisterRequest) { r.Endpoint = "" }, "endpoint"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := ok()
+			tc.mutate(r)
+			err := validRegistration(r)
+			if (err == nil) != (tc.wantErr == "") || err != nil && !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("error = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
