@@ -17,14 +17,18 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 
+	"github.com/nicaffinity/nicaffinity/internal/gpualloc"
 	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
+	"github.com/nicaffinity/nicaffinity/pkg/allocproxy"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
@@ -41,6 +45,11 @@ const (
 	// when they are free, else falls back to BestEffort: a device plugin whose
 	// preferred allocation honours the plan.
 	Planned = "planned"
+	// Proxy runs nicaffinity's allocation proxy (pkg/allocproxy's Choose)
+	// between the kubelet and a BestEffort device plugin: the proxy, not
+	// the simulation, finds which plan a request is for, knowing only its
+	// size and the available devices, as on a real node.
+	Proxy = "proxy"
 )
 
 // Config describes one simulated node.
@@ -77,72 +86,13 @@ type Kubelet struct {
 	freeVF   map[string]bool
 	assigned map[types.UID]Assignment
 	keys     map[types.UID][2]string
+	// pods lists the node's pods (Proxy: the candidates' source).
+	pods corelisters.PodLister
+	vfPF map[string]string
 }
 
 // GPUID is the device-plugin ID of GPU position i: its UUID, else its bus ID.
-func GPUID(t *topology.Topology, i int) string {
-	if t.GPUs[i].UUID != "" {
-		return t.GPUs[i].UUID
-	}
-	return t.GPUs[i].PCI.Address
-}
-
-// linkType maps a matrix cell to go-gpuallocator's P2P link types (the order
-// of its internal/links constants): PCIe levels 1..5, NVLink 6+n.
-func linkTypes(l topology.Link) []int {
-	pcie := map[topology.Level]int{topology.LevelSYS: 1, topology.LevelNODE: 2, topology.LevelPHB: 3, topology.LevelPXB: 4, topology.LevelPIX: 5}
-	if l.Level == topology.LevelNV {
-		return []int{6 + min(max(l.NVLinks, 1), 18)}
-	}
-	return []int{pcie[l.Level]}
-}
-
-// gpuDevices is go-gpuallocator's view of the topology's GPUs: IDs as the
-// device plugin names them, links from the matrix.
-func gpuDevices(t *topology.Topology) []*gpuallocator.Device {
-	m := t.Matrix()
-	var gpus []*gpuallocator.Device
-	for i := range t.GPUs {
-		d := &gpuallocator.Device{Index: i, Links: map[int][]gpuallocator.P2PLink{}}
-		d.UUID = GPUID(t, i)
-		gpus = append(gpus, d)
-	}
-	for i, d := range gpus {
-		for j, peer := range gpus {
-			if i == j {
-				continue
-			}
-			for _, lt := range linkTypes(m.Cells[i][j]) {
-				d.Links[j] = append(d.Links[j], p2pLink(peer, lt))
-			}
-		}
-	}
-	return gpus
-}
-
-// BestEffortIDs is the NVIDIA device plugin's preferred allocation:
-// go-gpuallocator's best-effort policy over the GPUs of t that available
-// names (device IDs as GPUID gives them), with required among them.
-func BestEffortIDs(t *topology.Topology, available, required []string, size int) []string {
-	byID := map[string]*gpuallocator.Device{}
-	for _, d := range gpuDevices(t) {
-		byID[d.UUID] = d
-	}
-	pick := func(ids []string) []*gpuallocator.Device {
-		var out []*gpuallocator.Device
-		for _, id := range ids {
-			if d, ok := byID[id]; ok {
-				out = append(out, d)
-			}
-		}
-		return out
-	}
-	var out []string
-	for _, d := range gpuallocator.NewBestEffortPolicy().Allocate(pick(available), pick(required), size) {
-		out = append(out, d.UUID)
-	}
-	return out
-}
+func GPUID(t *topology.Topology, i int) string { return gpualloc.GPUID(t, i) }
 
 // New prepares a kubelet; Start runs it.
 func New(cfg Config, kube kubernetes.Interface) (*Kubelet, error) {
@@ -151,7 +101,7 @@ func New(cfg Config, kube kubernetes.Interface) (*Kubelet, error) {
 	}
 	k := &Kubelet{cfg: cfg, kube: kube, server: podresourcestest.New(cfg.Socket), freeVF: map[string]bool{}, assigned: map[types.UID]Assignment{}, keys: map[types.UID][2]string{}}
 	t := cfg.Topology
-	k.gpus = gpuDevices(t)
+	k.gpus = gpualloc.Devices(t)
 	for range t.GPUs {
 		k.freeGPU = append(k.freeGPU, true)
 	}
@@ -160,13 +110,15 @@ func New(cfg Config, kube kubernetes.Interface) (*Kubelet, error) {
 		k.policy = gpuallocator.NewBestEffortPolicy()
 	case FirstFit:
 		k.policy = gpuallocator.NewSimplePolicy()
-	case Planned:
+	case Planned, Proxy:
 		k.policy = gpuallocator.NewBestEffortPolicy()
 	default:
-		return nil, fmt.Errorf("node %s: GPU policy %q: want %s, %s or %s", cfg.Name, cfg.Policy, BestEffort, FirstFit, Planned)
+		return nil, fmt.Errorf("node %s: GPU policy %q: want %s, %s, %s or %s", cfg.Name, cfg.Policy, BestEffort, FirstFit, Planned, Proxy)
 	}
+	k.vfPF = map[string]string{}
 	for _, n := range t.NICs {
 		for _, vf := range n.VFs {
+			k.vfPF[vf] = n.Name
 			k.freeVF[vf] = true
 		}
 	}
@@ -187,6 +139,9 @@ func (k *Kubelet) Start(ctx context.Context) error {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", k.cfg.Name).String()
 	}))
 	inf := factory.Core().V1().Pods().Informer()
+	k.mu.Lock()
+	k.pods = factory.Core().V1().Pods().Lister()
+	k.mu.Unlock()
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { k.admit(ctx, obj) },
 		UpdateFunc: func(_, obj interface{}) { k.admit(ctx, obj) },
@@ -297,6 +252,9 @@ func (k *Kubelet) allocate(pod *corev1.Pod) (Assignment, error) {
 			}
 		}
 		picked := k.planned(pod, int(want))
+		if k.cfg.Policy == Proxy {
+			picked = k.proxied(available, int(want))
+		}
 		if picked == nil {
 			picked = k.policy.Allocate(available, nil, int(want))
 		}
@@ -317,6 +275,12 @@ func (k *Kubelet) allocate(pod *corev1.Pod) (Assignment, error) {
 		}
 		sort.Strings(free)
 		k.preferPlannedVFs(pod, free)
+		if k.cfg.Policy == Proxy {
+			ch := allocproxy.Choose(allocproxy.Request{Resource: k.cfg.SRIOVResource, Kind: allocproxy.KindVF, Available: free, Size: int(vfs)}, k.candidates(), k.vfPF)
+			if ch.IDs != nil {
+				free = ch.IDs
+			}
+		}
 		if int64(len(free)) < vfs {
 			return a, fmt.Errorf("node %s: %d VFs requested, %d free", k.cfg.Name, vfs, len(free))
 		}
@@ -352,6 +316,49 @@ func (k *Kubelet) preferPlannedVFs(pod *corev1.Pod, free []string) {
 		}
 	}
 	sort.SliceStable(free, func(i, j int) bool { return near[free[i]] && !near[free[j]] })
+}
+
+// candidates are the node's planned pods not admitted yet, as the
+// allocation proxy sees them; k.mu is held.
+func (k *Kubelet) candidates() []allocproxy.Candidate {
+	if k.pods == nil {
+		return nil
+	}
+	pods, err := k.pods.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var out []allocproxy.Candidate
+	for _, p := range pods {
+		if _, done := k.assigned[p.UID]; done {
+			continue
+		}
+		if c, ok := allocproxy.CandidateOf(k.cfg.Name, p); ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// proxied is the allocation proxy's answer for a request of want GPUs
+// from available: the devices of the plan it finds, nil for none (the
+// device plugin's best effort then); k.mu is held.
+func (k *Kubelet) proxied(available []*gpuallocator.Device, want int) []*gpuallocator.Device {
+	var ids []string
+	byID := map[string]*gpuallocator.Device{}
+	for _, d := range available {
+		ids = append(ids, d.UUID)
+		byID[d.UUID] = d
+	}
+	ch := allocproxy.Choose(allocproxy.Request{Resource: k.cfg.GPUResource, Kind: allocproxy.KindGPU, Available: ids, Size: want}, k.candidates(), k.vfPF)
+	if ch.IDs == nil {
+		return nil
+	}
+	var out []*gpuallocator.Device
+	for _, id := range ch.IDs {
+		out = append(out, byID[id])
+	}
+	return out
 }
 
 // planned returns the pod's planned GPUs when the policy follows plans and

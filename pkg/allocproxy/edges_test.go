@@ -38,8 +38,12 @@ func TestCandidateOf(t *testing.T) {
 		}), false},
 		{"no plan", pod(func(p *corev1.Pod) { delete(p.Annotations, annotations.AllocationKey) }), false},
 		{"a plan that is not JSON", pod(func(p *corev1.Pod) { p.Annotations[annotations.AllocationKey] = "{" }), false},
-		{"a plan with a garbage bus ID", pod(func(p *corev1.Pod) { p.Annotations[annotations.AllocationKey] = `{"node":"n","gpus":["x"],"nrtGeneration":0}` }), false},
-		{"a plan with unknown fields", pod(func(p *corev1.Pod) { p.Annotations[annotations.AllocationKey] = `{"node":"n","gpus":[],"nrtGeneration":0,"more":1}` }), false},
+		{"a plan with a garbage bus ID", pod(func(p *corev1.Pod) {
+			p.Annotations[annotations.AllocationKey] = `{"node":"n","gpus":["x"],"nrtGeneration":0}`
+		}), false},
+		{"a plan with unknown fields", pod(func(p *corev1.Pod) {
+			p.Annotations[annotations.AllocationKey] = `{"node":"n","gpus":[],"nrtGeneration":0,"more":1}`
+		}), false},
 		{"a plan with more UUIDs than GPUs", pod(func(p *corev1.Pod) {
 			p.Annotations[annotations.AllocationKey] = `{"node":"n","gpus":["0000:15:00.0"],"uuids":["a","b"],"nrtGeneration":0}`
 		}), false},

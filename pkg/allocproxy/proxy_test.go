@@ -23,7 +23,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	kubeletplugin "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/plugin/v1beta1"
 
-	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
+	"github.com/nicaffinity/nicaffinity/internal/gpualloc"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
@@ -405,7 +405,7 @@ func startEnv(t *testing.T) *env {
 	e.startProxy()
 	var gpuIDs []string
 	for i := range topo.GPUs {
-		gpuIDs = append(gpuIDs, kubeletsim.GPUID(topo, i))
+		gpuIDs = append(gpuIDs, gpualloc.GPUID(topo, i))
 	}
 	e.gpu = startVendor(t, vendorDir, "nvidia-gpu.sock", gpuRes, gpuIDs, e.bestEffort)
 	e.vfs = startVendor(t, vendorDir, "sriov.sock", vfRes, e.vfIDs, nil)
@@ -413,7 +413,7 @@ func startEnv(t *testing.T) *env {
 }
 
 func (e *env) bestEffort(available, must []string, size int) []string {
-	return kubeletsim.BestEffortIDs(e.topo, available, must, size)
+	return gpualloc.BestEffortIDs(e.topo, available, must, size)
 }
 
 func (e *env) startProxy() {

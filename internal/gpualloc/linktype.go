@@ -1,4 +1,4 @@
-package kubeletsim
+package gpualloc
 
 import "github.com/NVIDIA/go-gpuallocator/gpuallocator"
 
