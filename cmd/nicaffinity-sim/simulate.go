@@ -83,13 +83,13 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 	}
 	rep := sim.NewReport(plan)
 	show := newProgressPrinter(progress)
-	for _, scheduler := range sim.Schedulers {
+	for _, col := range sim.Columns {
 		start := time.Now()
-		fmt.Fprintf(progress, "replaying %d jobs through %s on a fresh cluster of %d nodes...\n", plan.Jobs(), scheduler, rep.Nodes)
-		r, err := sim.Run(ctx, plan, scheduler, show.show)
+		fmt.Fprintf(progress, "replaying %d jobs through %s on a fresh cluster of %d nodes...\n", plan.Jobs(), col.Name, rep.Nodes)
+		r, err := sim.Run(ctx, plan, col, show.show)
 		show.done()
 		if err != nil {
-			return fmt.Errorf("%s: %w", scheduler, err)
+			return fmt.Errorf("%s: %w", col.Name, err)
 		}
 		fmt.Fprintf(progress, "  done in %s\n", time.Since(start).Round(time.Second))
 		rep.Results = append(rep.Results, r)

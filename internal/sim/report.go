@@ -40,6 +40,12 @@ func (rep *Report) Rows() []Row {
 	row("  offline bound", func(Result) string {
 		return fmt.Sprintf("%d (%.0f%%)", rep.Bound.Jobs, 100*rep.Bound.Share)
 	})
+	row("plans followed", func(r Result) string {
+		if r.Column.Scheduler == Schedulers[1] {
+			return "-"
+		}
+		return fmt.Sprintf("%d/%d", r.PlansFollowed, r.Plans)
+	})
 	row("RDMA jobs waiting, seconds", func(r Result) string { return fmt.Sprintf("%.1f", r.Fragmentation.WaitingSeconds) })
 	row("  aligned GPUs idle (mean)", func(r Result) string { return fmt.Sprintf("%.2f", r.Fragmentation.MeanIdleAlignedGPUs) })
 	row("  aligned GPU-s idle", func(r Result) string { return fmt.Sprintf("%.1f", r.Fragmentation.IdleAlignedGPUSeconds) })

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +29,24 @@ import (
 
 // Schedulers are the two profiles every simulation compares.
 var Schedulers = []string{"nicaffinity-scheduler", "default-scheduler"}
+
+// Column is one run of a simulation: a scheduler profile, and what the
+// nodes' kubelets do with its plans.
+type Column struct {
+	Name      string `json:"name"`
+	Scheduler string `json:"scheduler"`
+	// Kubelet is the simulated kubelet's GPU policy: kubeletsim.BestEffort
+	// is the NVIDIA device plugin alone (a plan is advice), kubeletsim.Proxy
+	// puts nicaffinity's allocation proxy in front of it.
+	Kubelet string `json:"kubelet"`
+}
+
+// Columns are the runs every simulation compares, on the same workload.
+var Columns = []Column{
+	{Name: "nicaffinity+proxy", Scheduler: Schedulers[0], Kubelet: kubeletsim.Proxy},
+	{Name: "nicaffinity (advice)", Scheduler: Schedulers[0], Kubelet: kubeletsim.BestEffort},
+	{Name: "default-scheduler", Scheduler: Schedulers[1], Kubelet: kubeletsim.BestEffort},
+}
 
 // Plan is a simulation ready to run: the nodes resolved, the jobs laid out
 // in time, and the offline bound computed.
@@ -119,14 +138,20 @@ type record struct {
 	Refused               bool
 }
 
-// Run replays the plan's workload through scheduler on a fresh cluster.
-func Run(ctx context.Context, p *Plan, scheduler string, progress func(Progress)) (Result, error) {
+// Run replays the plan's workload through a column's scheduler, with its
+// kubelets, on a fresh cluster.
+func Run(ctx context.Context, p *Plan, col Column, progress func(Progress)) (Result, error) {
 	var res Result
+	scheduler := col.Scheduler
+	nodes := slices.Clone(p.nodes)
+	for i := range nodes {
+		nodes[i].Policy = col.Kubelet
+	}
 	env := runenv.New(strings.Split(scheduler, "-")[0])
 	defer env.Close()
 	err := env.Run(func() {
 		cp := controlplane.Start(env)
-		cl := cluster.Start(env, cp, cluster.DefaultOptions(), p.nodes...)
+		cl := cluster.Start(env, cp, cluster.DefaultOptions(), nodes...)
 		if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
 			env.Fatalf("%v", err)
 		}
@@ -139,7 +164,8 @@ func Run(ctx context.Context, p *Plan, scheduler string, progress func(Progress)
 		if err != nil {
 			env.Fatalf("%v", err)
 		}
-		res = summarize(scheduler, recs, p.info, end)
+		res = summarize(col.Name, recs, p.info, end)
+		res.Column = col
 	})
 	return res, err
 }

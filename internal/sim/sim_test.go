@@ -383,6 +383,8 @@ func checkTableAgreesWithJSON(t *testing.T, rep *Report) {
 			PodsPerSecond                               float64
 			BindLatencyP50Ms, BindLatencyP99Ms          int64
 			RunningLatencyP50Ms, RunningLatencyP99Ms    int64
+			Plans, PlansFollowed                        int
+			Column                                      Column
 		}
 	}
 	if err := json.Unmarshal(js.Bytes(), &doc); err != nil {
@@ -418,6 +420,10 @@ func checkTableAgreesWithJSON(t *testing.T, rep *Report) {
 			"submit to Running p50/p99":    fmt.Sprintf("%d/%dms", r.RunningLatencyP50Ms, r.RunningLatencyP99Ms),
 			"GPUDirect-eligible RDMA jobs": fmt.Sprintf("%d", r.GPUDirectJobs),
 			"offline bound":                fmt.Sprintf("%d", doc.Bound.Jobs),
+			"plans followed":               fmt.Sprintf("%d/%d", r.PlansFollowed, r.Plans),
+		}
+		if r.Column.Scheduler == Schedulers[1] {
+			want["plans followed"] = "-"
 		}
 		for label, v := range want {
 			row, ok := cells[label]
@@ -548,9 +554,10 @@ func TestRun(t *testing.T) {
 	if vfJobs == 0 {
 		t.Fatalf("seed draws no VF job: %+v", p.jobs)
 	}
-	for _, s := range Schedulers {
+	for _, col := range Columns {
+		s := col.Name
 		var progress []Progress
-		r, err := Run(context.Background(), p, s, func(p Progress) { progress = append(progress, p) })
+		r, err := Run(context.Background(), p, col, func(p Progress) { progress = append(progress, p) })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -578,11 +585,15 @@ func TestRun(t *testing.T) {
 		}
 		rep.Results = append(rep.Results, r)
 	}
-	t.Logf("GPUDirect share: nicaffinity %.2f, default %.2f, bound %.2f", rep.Results[0].GPUDirectShare, rep.Results[1].GPUDirectShare, rep.Bound.Share)
+	t.Logf("GPUDirect share: nicaffinity+proxy %.2f, nicaffinity %.2f, default %.2f, bound %.2f", rep.Results[0].GPUDirectShare, rep.Results[1].GPUDirectShare, rep.Results[2].GPUDirectShare, rep.Bound.Share)
+	if r := rep.Results[0]; r.Plans == 0 || r.PlansFollowed != r.Plans {
+		t.Errorf("with the proxy, plans followed %d/%d: want all", r.PlansFollowed, r.Plans)
+	}
 	checkTableAgreesWithJSON(t, rep)
 	var b strings.Builder
 	rep.Format(&b)
-	if !regexp.MustCompile(`GPUDirect-eligible RDMA jobs +\d+ \(\d+%\) +\d+ \(\d+%\)`).MatchString(b.String()) {
+	if !regexp.MustCompile(`GPUDirect-eligible RDMA jobs +\d+ \(\d+%\) +\d+ \(\d+%\) +\d+ \(\d+%\)`).MatchString(b.String()) ||
+		!regexp.MustCompile(`plans followed +\d+/\d+ +\d+/\d+ +-`).MatchString(b.String()) {
 		t.Errorf("report:\n%s", b.String())
 	}
 }

@@ -24,9 +24,11 @@ func NewReport(p *Plan) *Report {
 	return &Report{Cluster: p.Cluster, Workload: p.Workload, Nodes: len(p.info), GPUs: p.GPUs(), AlignedGPUs: p.AlignedGPUs(), Bound: p.bound}
 }
 
-// Result is one scheduler's run.
+// Result is one column's run.
 type Result struct {
+	// Scheduler names the column (Column.Name).
 	Scheduler string `json:"scheduler"`
+	Column    Column `json:"column"`
 	Jobs      int    `json:"jobs"`
 	// Scheduled jobs were bound to a node; Pending ones never were (given
 	// up after maxWait). Refused ones were found unschedulable at least once.
@@ -42,7 +44,11 @@ type Result struct {
 	// NIC; the share is over all RDMA jobs, those that never ran included.
 	GPUDirectJobs  int     `json:"gpuDirectJobs"`
 	GPUDirectShare float64 `json:"gpuDirectShare"`
-	Fragmentation  Frag    `json:"fragmentation"`
+	// Plans are jobs the exporter saw with a scheduler's plan (not "none");
+	// PlansFollowed are those whose devices were the plan's ("matched").
+	Plans         int  `json:"plans"`
+	PlansFollowed int  `json:"plansFollowed"`
+	Fragmentation Frag `json:"fragmentation"`
 	// PodsPerSecond is bound jobs over the time from the first submission
 	// to the last bind: arrivals pace it here (nicaffinity-sim bench measures
 	// the scheduler's own rate).
@@ -109,6 +115,12 @@ func summarize(scheduler string, recs []*record, nodes []nodeInfo, end time.Dura
 		lastBind = max(lastBind, r.Bound)
 		if r.Running != never {
 			run = append(run, r.Running-r.At)
+		}
+		if r.Observed != nil && r.Observed.Plan != "none" {
+			res.Plans++
+			if r.Observed.Plan == "matched" {
+				res.PlansFollowed++
+			}
 		}
 		if !r.RDMA || r.Running == never {
 			continue
