@@ -39,8 +39,13 @@ const (
 type Candidate struct {
 	Namespace, Name string
 	UID             types.UID
-	// Created orders candidates: the kubelet admits pods in the order they
-	// reach it, which is the order they were bound, close to creation.
+	// Order is the pod's resourceVersion as an etcd revision: for a pod
+	// bound and not admitted yet, the revision of its binding. The kubelet
+	// admits pods in the order their bindings reach it, and pods created
+	// in the same second are often bound out of creation order (the
+	// scheduler binds in parallel). 0 when unknown.
+	Order uint64
+	// Created breaks ties and orders candidates without Order.
 	Created time.Time
 	Plan    annotations.Allocation
 	// Requests is the pod's request per resource, from its spec.
@@ -78,7 +83,8 @@ type Choice struct {
 	Message string
 }
 
-// Choose finds the candidate the request is for and its planned device IDs.
+// Choose finds the candidate the request is for and its planned device IDs:
+// the first bound (Order, else Created) whose plan fits.
 // vfPF maps a VF's PCI address to the RDMA device name of its PF (KindVF
 // only). It never fails: without a usable plan the Choice says why.
 func Choose(req Request, cands []Candidate, vfPF map[string]string) Choice {
@@ -93,6 +99,9 @@ func Choose(req Request, cands []Candidate, vfPF map[string]string) Choice {
 		return Choice{Reason: ReasonNoPlan, Message: fmt.Sprintf("no pod on this node with a plan for %d %s", req.Size, req.Resource)}
 	}
 	sort.SliceStable(ordered, func(i, j int) bool {
+		if a, b := ordered[i].Order, ordered[j].Order; a != 0 && b != 0 && a != b {
+			return a < b
+		}
 		if !ordered[i].Created.Equal(ordered[j].Created) {
 			return ordered[i].Created.Before(ordered[j].Created)
 		}

@@ -26,6 +26,11 @@ func cand(name string, age int, uuids bool, gpus []string, nics ...string) Candi
 	return c
 }
 
+func withOrder(c Candidate, rv uint64) Candidate {
+	c.Order = rv
+	return c
+}
+
 func gpuReq(size int, available ...string) Request {
 	return Request{Resource: "nvidia.com/gpu", Kind: KindGPU, Size: size, Available: available}
 }
@@ -53,6 +58,8 @@ func TestChoose(t *testing.T) {
 		{"the oldest pod of that size gets its plan", gpuReq(2, allUUIDs...), []Candidate{b, a, one},
 			"a", []string{"GPU-0000:15:00.0", "GPU-0000:16:00.0"}, ""},
 		{"back to back: once a is realized, b gets its own plan", gpuReq(2, allUUIDs[2:]...), []Candidate{b, one},
+			"b", []string{"GPU-0000:25:00.0", "GPU-0000:26:00.0"}, ""},
+		{"the first bound, not the first created", gpuReq(2, allUUIDs...), []Candidate{withOrder(a, 9), withOrder(b, 7)},
 			"b", []string{"GPU-0000:25:00.0", "GPU-0000:26:00.0"}, ""},
 		{"size picks the pod", gpuReq(1, allUUIDs...), []Candidate{a, b, one},
 			"one", []string{"GPU-0000:35:00.0"}, ""},

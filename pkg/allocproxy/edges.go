@@ -2,6 +2,7 @@ package allocproxy
 
 import (
 	"context"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -57,7 +58,9 @@ func CandidateOf(node string, pod *corev1.Pod) (Candidate, bool) {
 			reqs[string(name)] = v
 		}
 	}
-	return Candidate{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Created: pod.CreationTimestamp.Time, Plan: plan, Requests: reqs}, true
+	// Resource versions are etcd revisions: comparable where they parse.
+	order, _ := strconv.ParseUint(pod.ResourceVersion, 10, 64)
+	return Candidate{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Order: order, Created: pod.CreationTimestamp.Time, Plan: plan, Requests: reqs}, true
 }
 
 // PodResourcesHeld reads which pods hold devices from the kubelet's

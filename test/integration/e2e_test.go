@@ -201,16 +201,24 @@ func TestE2ENICLessSwitches(t *testing.T) {
 	}
 }
 
-// TestE2EWholeNode: an 8-GPU pod is not the plugin's business: scheduled, no plan.
+// TestE2EWholeNode: an 8-GPU RDMA pod is planned like any other (every GPU
+// at its own NIC's PIX on an HGX H100) and runs aligned; an 8-GPU pod
+// without RDMA is not the plugin's business: scheduled, no plan.
 func TestE2EWholeNode(t *testing.T) {
-	e := startEnv(t, cluster.NodeSpec{Name: "h100", Machine: sysfstest.HGXH100})
+	e := startEnv(t, cluster.NodeSpec{Name: "h100", Machine: sysfstest.HGXH100}, cluster.NodeSpec{Name: "h100-b", Machine: sysfstest.HGXH100})
 	e.submit(t, "whole", 8, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
 	pod := e.waitRunning(t, "whole")
-	if _, ok := pod.Annotations[annotations.AllocationKey]; ok {
-		t.Errorf("whole-node pod got a plan: %s", pod.Annotations[annotations.AllocationKey])
+	plan, err := annotations.ParseAllocation(pod.Annotations[annotations.AllocationKey])
+	if err != nil || len(plan.GPUs) != 8 || plan.Level != "PIX" {
+		t.Errorf("whole-node RDMA pod's plan %+v, %v; want all 8 GPUs at PIX", plan, err)
 	}
 	if o := e.observed(t, "whole"); !o.Aligned || o.Level != "PIX" {
 		t.Errorf("whole-node pod observed %+v", o)
+	}
+	e.submit(t, "whole-plain", 8, podOpts{scheduler: "nicaffinity-scheduler"})
+	pod = e.waitRunning(t, "whole-plain")
+	if _, ok := pod.Annotations[annotations.AllocationKey]; ok {
+		t.Errorf("whole-node pod without RDMA got a plan: %s", pod.Annotations[annotations.AllocationKey])
 	}
 }
 
@@ -235,6 +243,27 @@ func TestE2EBurst(t *testing.T) {
 	var names []string
 	for i := 0; i < 32; i++ {
 		names = append(names, fmt.Sprintf("burst-%02d", i))
+	}
+	e.checkPlansDisjointAndFollowed(t, names)
+}
+
+// TestE2EProxy: the allocation proxy's path. The kubelets' device plugin
+// is NVIDIA's best effort (blind to NICs) behind nicaffinity's allocation
+// proxy, which finds each admitted pod's plan from the request alone: every
+// plan of a burst of 1-, 2- and 4-GPU RDMA pods filling the 12 GPUs of
+// three half-NIC nodes that have a NIC is
+// followed, and the exporters see each aligned.
+func TestE2EProxy(t *testing.T) {
+	var specs []cluster.NodeSpec
+	for i := 0; i < 3; i++ {
+		specs = append(specs, cluster.NodeSpec{Name: fmt.Sprintf("half-%d", i), Machine: sysfstest.HalfNICs, Policy: kubeletsim.Proxy})
+	}
+	e := startEnv(t, specs...)
+	var names []string
+	for i, gpus := range []int64{1, 2, 1, 4, 2, 1, 1} { // the 12 GPUs with a NIC
+		name := fmt.Sprintf("proxy-%02d", i)
+		names = append(names, name)
+		e.submit(t, name, gpus, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
 	}
 	e.checkPlansDisjointAndFollowed(t, names)
 }

@@ -99,6 +99,12 @@ func TestManifests(t *testing.T) {
 	if len(installed) < 10 {
 		t.Fatalf("kustomize built only %d objects", len(installed))
 	}
+	// The allocation proxy installs on its own, after manifests/.
+	proxy := kustomizeBuildDir(t, filepath.Join(manifestsDir, "allocation-proxy"))
+	if len(proxy) != 4 {
+		t.Fatalf("manifests/allocation-proxy builds %d objects, want a ServiceAccount, ClusterRole, binding and DaemonSet", len(proxy))
+	}
+	installed = append(installed, proxy...)
 	var objs []runtime.Object
 	for _, doc := range installed {
 		obj, gvk, err := dec.Decode(doc, nil, nil)

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestBadFlags(t *testing.T) {
+	for args, want := range map[string]string{
+		"--node-name=": "--node-name",
+		"--timeout=0s": "--timeout must be positive",
+		"--vendor-dir=/var/lib/kubelet/device-plugins/": "--vendor-dir must not be the kubelet's directory",
+		"--sriov-resources=nvidia.com/gpu":              "names the GPU resource",
+	} {
+		o := &options{}
+		if err := commandFor(o).ParseFlags([]string{"--node-name=n", args}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := o.config(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error = %v, want %q", args, err, want)
+		}
+	}
+	o := &options{}
+	if err := commandFor(o).ParseFlags([]string{"--node-name=n"}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := o.config(); err != nil || len(cfg.Kinds) != 2 {
+		t.Errorf("defaults: %+v, %v", cfg, err)
+	}
+}
