@@ -109,13 +109,13 @@ func TestCoexistence(t *testing.T) {
 				})
 			}()
 
-			exp := runExporter(t, ctx, cp, nodeName, 300*time.Millisecond)
+			exp := runExporter(t, ctx, cp, nodeName, time.Second)
 			waitFor(t, "the exporter to report the other writer", func() bool {
 				err := exp.Readiness()
 				return err != nil && strings.Contains(err.Error(), `managed by "`+other.manager+`"`)
 			})
-			// Several resyncs, each retrying, and the object stays the other writer's.
-			time.Sleep(time.Second)
+			// Resyncs retry, and the object stays the other writer's.
+			time.Sleep(2500 * time.Millisecond)
 			obj, err := cp.NRT.TopologyV1alpha2().NodeResourceTopologies().Get(ctx, nodeName, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
