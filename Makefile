@@ -39,12 +39,13 @@ RACE_PKGS := ./pkg/plugins/nicaffinity/ ./pkg/exporter/ ./pkg/allocproxy/
 test: vet
 	$(GO) test -vet=off -race -count=1 $(RACE_PKGS)
 	$(GO) test -vet=off -count=1 ./...
-	$(MAKE) test-compat
 
 # scheduler-plugins' NodeResourceTopologyMatch, as released, on the objects
 # the exporter publishes: a module of its own (test/compat/go.mod), built
-# once against the Kubernetes version scheduler-plugins pins. go test's own
-# vet covers it (a separate go vet would analyze that Kubernetes again).
+# once against the Kubernetes version scheduler-plugins pins (about two
+# minutes cold), so it is a target of its own that CI (.ci/run) runs after
+# make test. go test's own vet covers it (a separate go vet would analyze
+# that Kubernetes again).
 test-compat:
 	cd test/compat && $(GO) test -count=1 ./...
 

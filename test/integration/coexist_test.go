@@ -86,6 +86,9 @@ var (
 // an object that both NodeResourceTopologyMatch (Node zones with cpu and
 // memory, topology manager attributes) and nicaffinity's plugin read.
 func TestCoexistence(t *testing.T) {
+	// Mostly waiting (leases, resync periods, restarts): run beside the
+	// other waiting tests, each with its own control plane.
+	t.Parallel()
 	cp := controlplane.Start(t)
 	for i, other := range []writer{nfdWriter, rteWriter} {
 		t.Run(other.manager, func(t *testing.T) {

@@ -364,6 +364,9 @@ func eventsOf(t *testing.T, cp *controlplane.ControlPlane, pod string) string {
 // scheduler adopts the plans of bound pods, so no GPU is planned twice and
 // every pod runs where it was planned.
 func TestE2ESchedulerRestart(t *testing.T) {
+	// Mostly waiting (leases, resync periods, restarts): run beside the
+	// other waiting tests, each with its own control plane.
+	t.Parallel()
 	opts := cluster.DefaultOptions()
 	opts.MinWriteInterval = 15 * time.Second
 	e := startEnvWith(t, opts,

@@ -202,6 +202,9 @@ func TestExporterPublishesAndFollows(t *testing.T) {
 // last good object stays), comes back with other allocations (the object
 // follows), and a deleted object is written again by the resync.
 func TestExporterSurvivesKubeletRestartAndDeletion(t *testing.T) {
+	// Mostly waiting (leases, resync periods, restarts): run beside the
+	// other waiting tests, each with its own control plane.
+	t.Parallel()
 	env := startExporter(t, 2*time.Second)
 	ctx := context.Background()
 	env.waitNRT(t, "the first object", func(o *v1alpha2.NodeResourceTopology) bool {

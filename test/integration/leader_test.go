@@ -26,6 +26,9 @@ import (
 // leads and places a pod; it is killed, the other takes the lease and places
 // the next pod; no pod is bound twice.
 func TestLeaderElection(t *testing.T) {
+	// Mostly waiting (leases, resync periods, restarts): run beside the
+	// other waiting tests, each with its own control plane.
+	t.Parallel()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "scheduler")
 	build := exec.Command("go", "build", "-o", bin, "github.com/nicaffinity/nicaffinity/cmd/scheduler")
