@@ -9,8 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
+	"github.com/nicaffinity/nicaffinity/internal/golden"
 	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
@@ -82,19 +81,8 @@ func TestCompatGolden(t *testing.T) {
 		for _, scope := range []string{"container", "pod"} {
 			t.Run(m.name+"-"+scope, func(t *testing.T) {
 				got := compatObject(t, m, scope)
-				golden := filepath.Join("..", "..", "test", "compat", "testdata", fmt.Sprintf("%s-%s.nicaffinity.yaml", m.name, scope))
-				if *update {
-					if err := os.WriteFile(golden, got, 0o644); err != nil {
-						t.Fatal(err)
-					}
-				}
-				want, err := os.ReadFile(golden)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if diff := cmp.Diff(string(want), string(got)); diff != "" {
-					t.Errorf("%s (-want,+got):\n%s", golden, diff)
-				}
+				path := filepath.Join("..", "..", "test", "compat", "testdata", fmt.Sprintf("%s-%s.nicaffinity.yaml", m.name, scope))
+				golden.Check(t, path, got, *update)
 			})
 		}
 	}

@@ -3,7 +3,6 @@ package nrt
 import (
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/k8stopologyawareschedwg/podfingerprint"
 	"sigs.k8s.io/yaml"
 
+	goldenfile "github.com/nicaffinity/nicaffinity/internal/golden"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
@@ -199,19 +199,7 @@ func TestBuildGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "hgx-h100-idle.yaml")
-	if *update {
-		if err := os.WriteFile(golden, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s (-want,+got):\n%s", golden, diff)
-	}
+	goldenfile.Check(t, filepath.Join("testdata", "hgx-h100-idle.yaml"), got, *update)
 }
 
 // TestBuildSRIOV counts VFs per PF and per NUMA node, and a VF of no known PF
