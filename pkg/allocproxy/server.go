@@ -478,14 +478,3 @@ func (p *Proxy) claim(key string) {
 	defer p.mu.Unlock()
 	p.claimed[key] = p.now()
 }
-
-// Resources lists the resources fronted now.
-func (p *Proxy) Resources() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []string
-	for r := range p.fronts {
-		out = append(out, r)
-	}
-	return out
-}

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,15 +114,7 @@ type ForeignOwnerError struct {
 
 func (e *ForeignOwnerError) Error() string {
 	return fmt.Sprintf("NodeResourceTopology %s is managed by %s: nicaffinity's exporter does not overwrite another writer's object (turn that writer off on this node and delete the object to hand it over; docs/nrt-schema.md, Coexistence)",
-		e.Object, strings.Join(quoted(e.Managers), ", "))
-}
-
-func quoted(names []string) []string {
-	out := make([]string, len(names))
-	for i, n := range names {
-		out[i] = strconv.Quote(n)
-	}
-	return out
+		e.Object, nrt.QuoteManagers(e.Managers))
 }
 
 // Publish applies obj whole.
@@ -429,7 +419,7 @@ func (e *Exporter) Sync(ctx context.Context) error {
 	default:
 		e.metrics.Publishes.WithLabelValues("unchanged").Inc()
 	}
-	if written || err == nil && foreign == nil {
+	if err == nil {
 		e.setForeign(nil)
 	}
 	e.lastSync.Store(e.now().UnixNano())

@@ -130,7 +130,7 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 	}
 	if schema == "" {
 		if others := OtherManagers(obj); len(others) > 0 {
-			return nil, fmt.Errorf("written by %s, not by nicaffinity's exporter, which does not overwrite another writer's object (docs/nrt-schema.md, Coexistence)", quoteJoin(others))
+			return nil, fmt.Errorf("written by %s, not by nicaffinity's exporter, which does not overwrite another writer's object (docs/nrt-schema.md, Coexistence)", QuoteManagers(others))
 		}
 	}
 	if schema != SchemaVersion {
@@ -337,8 +337,9 @@ func OtherManagers(obj *v1alpha2.NodeResourceTopology) []string {
 	return slices.Sorted(maps.Keys(seen))
 }
 
-// quoteJoin names up to three managers: a reason is read by people.
-func quoteJoin(names []string) string {
+// QuoteManagers names up to three field managers, quoted: a reason is read
+// by people.
+func QuoteManagers(names []string) string {
 	var q []string
 	for i, n := range names {
 		if i == 3 {
