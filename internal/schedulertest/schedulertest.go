@@ -5,10 +5,13 @@ package schedulertest
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/component-base/configz"
@@ -88,20 +91,63 @@ func Start(t ktesting.TB, cp *controlplane.ControlPlane, cfg string) (stop func(
 		cancel()
 		t.Fatalf("scheduler setup: %v", err)
 	}
+	// kube-scheduler registers its configuration under one process-wide
+	// configz name as it starts, and refuses to run when the name is taken.
+	// Schedulers of parallel tests and replays start one at a time: each
+	// frees the name once it has registered (nothing here serves /configz).
+	configzMu.Lock()
 	done := make(chan struct{})
+	runErr := make(chan error, 1)
 	go func() {
 		defer close(done)
-		_ = app.Run(ctx, cc, sched)
+		runErr <- app.Run(ctx, cc, sched)
+	}()
+	registered := false
+	for deadline := time.Now().Add(30 * time.Second); !registered && time.Now().Before(deadline); {
+		select {
+		case err := <-runErr:
+			configzMu.Unlock()
+			cancel()
+			t.Fatalf("scheduler stopped as it started: %v", err)
+		case <-time.After(5 * time.Millisecond):
+			registered = configzRegistered()
+		}
+	}
+	configz.Delete(configzName)
+	configzMu.Unlock()
+	if !registered {
+		cancel()
+		<-done
+		t.Fatalf("scheduler did not start within 30 s")
+	}
+	go func() {
+		// A scheduler that stops while the test still wants it fails the test.
+		if err := <-runErr; err != nil && ctx.Err() == nil {
+			t.Errorf("scheduler stopped: %v", err)
+		}
 	}()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
 			cancel()
 			<-done
-			// A second scheduler in this process registers the same configz name.
-			configz.Delete("componentconfig")
 		})
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// configzName is the name kube-scheduler registers its configuration under.
+const configzName = "componentconfig"
+
+var configzMu sync.Mutex
+
+// configzRegistered reads the process's configz registry through its own
+// handler (the package has no other way to look).
+func configzRegistered() bool {
+	mux := http.NewServeMux()
+	configz.InstallHandler(mux)
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, configz.DefaultConfigzPath, nil))
+	return strings.Contains(rec.Body.String(), `"`+configzName+`"`)
 }
