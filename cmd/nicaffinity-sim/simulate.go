@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,8 +18,13 @@ import (
 )
 
 type simulateOptions struct {
-	cluster, workload, output, report string
+	cluster, workload, output, report, scenario string
+	runs, parallel                              int
+	columns                                     []string
 }
+
+// defaultRuns keeps make demo under three minutes on two cores once built.
+const defaultRuns = 3
 
 func newSimulateCommand() *cobra.Command {
 	o := &simulateOptions{}
@@ -24,15 +33,21 @@ func newSimulateCommand() *cobra.Command {
 		Short: "Replay a GPU workload on a simulated cluster with and without nicaffinity",
 		Long: `Start an in-process control plane (kube-apiserver, etcd), simulated GPU
 nodes with the real topology exporter, and the real scheduler; replay the same
-workload through the nicaffinity profile and through the default scheduler,
-each on a fresh cluster, and report what the jobs really got: the levels of
-the GPU-NIC pairs the kubelet handed out, the share of RDMA jobs that can use
-GPUDirect RDMA next to the offline bound (the best any placement could do),
-aligned capacity left idle while RDMA jobs waited, and latencies.
+workload through nicaffinity's policies (required and preferred, with the
+allocation proxy; required as advice to the device plugin alone) and through
+the default scheduler, each on a fresh cluster, and report how soon the work
+finished: makespan, job completion times and the GPU-hours lost to
+misalignment (a job's communication runs at the bandwidth its worst GPU-NIC
+level allows), then the levels of the GPU-NIC pairs the kubelet handed out,
+the share of RDMA jobs that could use GPUDirect RDMA next to the offline
+bound (the best any placement could do), waiting and latencies. --runs N
+replays the workload with N seeds and prints the median and range of each
+figure; a verdict line names the column that finished the work first.
 
 Without --cluster and --workload it uses a default mix of real machines
 (HGX H100, DGX A100, Azure NDv2, a shape with NIC-less switches, an H20 with
-SR-IOV VFs) and a workload whose GPU load rises from 30% to 90%.`,
+SR-IOV VFs) and a workload whose GPU load rises from 30% to 90%. --scenario
+large is 64 nodes of those shapes and 1000 jobs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmdContext(), cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -43,11 +58,19 @@ SR-IOV VFs) and a workload whose GPU load rises from 30% to 90%.`,
 	f.StringVar(&o.workload, "workload", "", "workload spec YAML (jobs, sizes, rdmaShare, vfShare, load, durations, seed)")
 	f.StringVarP(&o.output, "output", "o", "text", "text or json")
 	f.StringVar(&o.report, "report", "", "also write an HTML report with charts into this directory")
+	f.IntVar(&o.runs, "runs", defaultRuns, "replay the workload with this many seeds (seed, seed+1, ...) and report the median and range")
+	f.IntVar(&o.parallel, "parallel", 2, "replays at a time, each on its own cluster")
+	f.StringSliceVar(&o.columns, "columns", nil, "compare only these columns (default: all)")
+	f.StringVar(&o.scenario, "scenario", "default", "bundled cluster and workload: default or large (--cluster and --workload replace its parts)")
 	return cmd
 }
 
 func (o *simulateOptions) specs() (sim.ClusterSpec, sim.WorkloadSpec, error) {
-	c, w := sim.DefaultCluster, sim.DefaultWorkload
+	sc, ok := sim.Scenarios[o.scenario]
+	if !ok {
+		return sim.ClusterSpec{}, sim.WorkloadSpec{}, fmt.Errorf("--scenario %q: want %s", o.scenario, strings.Join(slices.Sorted(maps.Keys(sim.Scenarios)), " or "))
+	}
+	c, w := sc.Cluster, sc.Workload
 	if o.cluster != "" {
 		b, err := os.ReadFile(o.cluster)
 		if err != nil {
@@ -73,27 +96,44 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 	if o.output != "text" && o.output != "json" {
 		return fmt.Errorf("--output %q: want text or json", o.output)
 	}
+	if o.runs < 1 || o.runs > maxRuns {
+		return fmt.Errorf("--runs %d: want 1 to %d", o.runs, maxRuns)
+	}
+	if o.parallel < 1 || o.parallel > maxParallel {
+		return fmt.Errorf("--parallel %d: want 1 to %d", o.parallel, maxParallel)
+	}
+	cols := sim.Columns
+	if len(o.columns) > 0 {
+		var err error
+		if cols, err = sim.ColumnsNamed(o.columns); err != nil {
+			return fmt.Errorf("--columns: %w", err)
+		}
+	}
 	c, w, err := o.specs()
 	if err != nil {
 		return err
 	}
-	plan, err := sim.Prepare(c, w)
+	// Every seed's plan is made first, so that a workload that does not fit
+	// fails before anything runs.
+	var plans []*sim.Plan
+	for i := range o.runs {
+		wi := w
+		wi.Seed = w.Seed + int64(i)
+		plan, err := sim.Prepare(c, wi)
+		if err != nil {
+			return err
+		}
+		plans = append(plans, plan)
+	}
+	rep := sim.NewReport(plans[0], cols)
+	results, err := o.runAll(ctx, plans, cols, progress)
 	if err != nil {
 		return err
 	}
-	rep := sim.NewReport(plan)
-	show := newProgressPrinter(progress)
-	for _, col := range sim.Columns {
-		start := time.Now()
-		fmt.Fprintf(progress, "replaying %d jobs through %s on a fresh cluster of %d nodes...\n", plan.Jobs(), col.Name, rep.Nodes)
-		r, err := sim.Run(ctx, plan, col, show.show)
-		show.done()
-		if err != nil {
-			return fmt.Errorf("%s: %w", col.Name, err)
-		}
-		fmt.Fprintf(progress, "  done in %s\n", time.Since(start).Round(time.Second))
-		rep.Results = append(rep.Results, r)
+	for i, plan := range plans {
+		rep.Add(plan, results[i])
 	}
+	rep.Finish()
 	if o.report != "" {
 		path, err := rep.WriteHTML(o.report)
 		if err != nil {
@@ -108,41 +148,143 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 	return nil
 }
 
-// progressPrinter redraws one status line on a terminal, and prints a line
-// every five seconds elsewhere (CI logs).
+// maxRuns bounds --runs: each run is one cluster per column.
+const maxRuns = 100
+
+// maxParallel bounds --parallel: each replay is a control plane and a
+// cluster in this process.
+const maxParallel = 16
+
+// runAll replays every plan through every column, parallel at a time, and
+// returns the results per plan in column order. A replay waits on timers
+// most of its time (half a core on the default scenario), so two share two
+// cores without slowing each other much; the scheduler's extra
+// milliseconds are seconds of workload time, small next to jobs of an hour.
+func (o *simulateOptions) runAll(ctx context.Context, plans []*sim.Plan, cols []sim.Column, progress io.Writer) ([][]sim.Result, error) {
+	type task struct{ plan, col int }
+	var tasks []task
+	for i := range plans {
+		// Odd runs take the columns in reverse order, so that a drift of
+		// the machine over the runs favours no column.
+		for k := range cols {
+			if i%2 == 1 {
+				k = len(cols) - 1 - k
+			}
+			tasks = append(tasks, task{i, k})
+		}
+	}
+	results := make([][]sim.Result, len(plans))
+	for i := range results {
+		results[i] = make([]sim.Result, len(cols))
+	}
+	show := newProgressPrinter(progress)
+	started := time.Now()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	var firstErr error
+	sem := make(chan struct{}, o.parallel)
+	var wg sync.WaitGroup
+	for _, t := range tasks {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func(t task) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			plan, col := plans[t.plan], cols[t.col]
+			label := fmt.Sprintf("run %d/%d %s", t.plan+1, len(plans), col.Name)
+			show.line(fmt.Sprintf("%s (seed %d): %d jobs on a fresh cluster of %d nodes...", label, plan.Workload.Seed, plan.Jobs(), plan.Nodes()))
+			start := time.Now()
+			r, err := sim.Run(ctx, plan, col, func(p sim.Progress) { show.show(label, p) })
+			show.finish(label)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = fmt.Errorf("%s (seed %d): %w", col.Name, plan.Workload.Seed, err)
+				}
+				cancel()
+				return
+			}
+			results[t.plan][t.col] = r
+			show.line(fmt.Sprintf("%s: done in %s", label, time.Since(start).Round(time.Second)))
+		}(t)
+	}
+	wg.Wait()
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = ctx.Err()
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	show.line(fmt.Sprintf("%d runs of %d columns in %s", len(plans), len(cols), time.Since(started).Round(time.Second)))
+	return results, nil
+}
+
+// progressPrinter shows the replays in flight: one status line redrawn on
+// a terminal, a line every five seconds elsewhere (CI logs). Replays call
+// it from their own goroutines.
 type progressPrinter struct {
 	w     io.Writer
 	tty   bool
+	mu    sync.Mutex
 	last  time.Time
 	drawn bool
+	live  map[string]sim.Progress
 }
 
 func newProgressPrinter(w io.Writer) *progressPrinter {
-	p := &progressPrinter{w: w}
+	p := &progressPrinter{w: w, live: map[string]sim.Progress{}}
 	if f, ok := w.(*os.File); ok {
 		p.tty = term.IsTerminal(int(f.Fd()))
 	}
 	return p
 }
 
-func (p *progressPrinter) show(s sim.Progress) {
-	line := fmt.Sprintf("  %3.0fs  submitted %d/%d  waiting %d  running %d  finished %d",
-		s.Elapsed.Seconds(), s.Submitted, s.Jobs, s.Waiting, s.Running, s.Ended)
+func (p *progressPrinter) status() string {
+	var parts []string
+	for _, label := range slices.Sorted(maps.Keys(p.live)) {
+		s := p.live[label]
+		parts = append(parts, fmt.Sprintf("%s %3.0fs: submitted %d/%d, waiting %d, running %d, finished %d",
+			label, s.Elapsed.Seconds(), s.Submitted, s.Jobs, s.Waiting, s.Running, s.Ended))
+	}
+	return "  " + strings.Join(parts, " | ")
+}
+
+func (p *progressPrinter) show(label string, s sim.Progress) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.live[label] = s
 	if p.tty {
-		fmt.Fprintf(p.w, "\r\033[K%s", line)
+		fmt.Fprintf(p.w, "\r\033[K%s", p.status())
 		p.drawn = true
 		return
 	}
 	if time.Since(p.last) >= 5*time.Second {
-		fmt.Fprintln(p.w, line)
+		fmt.Fprintln(p.w, p.status())
 		p.last = time.Now()
 	}
 }
 
-func (p *progressPrinter) done() {
+// line prints a line above the status line.
+func (p *progressPrinter) line(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.drawn {
-		fmt.Fprintln(p.w)
+		fmt.Fprint(p.w, "\r\033[K")
 		p.drawn = false
 	}
-	p.last = time.Time{}
+	fmt.Fprintln(p.w, s)
+}
+
+func (p *progressPrinter) finish(label string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.live, label)
 }

@@ -10,67 +10,85 @@ import (
 	"strings"
 )
 
-// Row is one line of the report: a label and a cell per scheduler.
+// Row is one line of the report: a label and a cell per column; a row
+// with no cells heads a section.
 type Row struct {
 	Label string
 	Cells []string
 }
 
+// Cell prints a figure: the median, and the range when the runs differ.
+func (f figure) cell(s Stat, ok bool) string {
+	if !ok {
+		return "-"
+	}
+	m := fmt.Sprintf(f.Format, s.Median)
+	if s.Runs > 1 && s.Min != s.Max {
+		return fmt.Sprintf("%s [%s, %s]", m, fmt.Sprintf(f.Format, s.Min), fmt.Sprintf(f.Format, s.Max))
+	}
+	return m
+}
+
 // Rows are the report's table, the same for the terminal and the HTML page.
 func (rep *Report) Rows() []Row {
 	var rows []Row
-	row := func(label string, f func(Result) string) {
-		r := Row{Label: label}
-		for _, res := range rep.Results {
-			r.Cells = append(r.Cells, f(res))
+	for _, f := range figures {
+		if f.Section != "" {
+			rows = append(rows, Row{Label: f.Section + ":"})
+		}
+		r := Row{Label: f.Label}
+		for _, cs := range rep.Summary {
+			s, ok := cs.Figures[f.Key]
+			r.Cells = append(r.Cells, f.cell(s, ok))
 		}
 		rows = append(rows, r)
 	}
-	row("jobs scheduled", func(r Result) string { return fmt.Sprintf("%d/%d", r.Scheduled, r.Jobs) })
-	row("jobs pending (given up)", func(r Result) string { return fmt.Sprint(r.Pending) })
-	row("jobs refused at least once", func(r Result) string { return fmt.Sprint(r.Refused) })
-	row("RDMA jobs", func(r Result) string { return fmt.Sprint(r.RDMAJobs) })
-	row("GPU-NIC pairs handed out:", func(Result) string { return "" })
-	for _, l := range Series[:6] {
-		row("  "+l, func(r Result) string { return fmt.Sprint(r.PairLevels[l]) })
-	}
-	row("GPUDirect-eligible RDMA jobs", func(r Result) string {
-		return fmt.Sprintf("%d (%.0f%%)", r.GPUDirectJobs, 100*r.GPUDirectShare)
-	})
-	row("  offline bound", func(Result) string {
-		return fmt.Sprintf("%d (%.0f%%)", rep.Bound.Jobs, 100*rep.Bound.Share)
-	})
-	row("plans followed", func(r Result) string {
-		if r.Column.Scheduler == Schedulers[1] {
-			return "-"
-		}
-		return fmt.Sprintf("%d/%d", r.PlansFollowed, r.Plans)
-	})
-	row("RDMA jobs waiting, seconds", func(r Result) string { return fmt.Sprintf("%.1f", r.Fragmentation.WaitingSeconds) })
-	row("  aligned GPUs idle (mean)", func(r Result) string { return fmt.Sprintf("%.2f", r.Fragmentation.MeanIdleAlignedGPUs) })
-	row("  aligned GPU-s idle", func(r Result) string { return fmt.Sprintf("%.1f", r.Fragmentation.IdleAlignedGPUSeconds) })
-	row("  aligned GPU-s w/o RDMA", func(r Result) string { return fmt.Sprintf("%.1f", r.Fragmentation.HeldByNonRDMAGPUSeconds) })
-	row("pods bound per second", func(r Result) string { return fmt.Sprintf("%.2f", r.PodsPerSecond) })
-	row("submit to bound p50/p99", func(r Result) string { return fmt.Sprintf("%d/%dms", r.BindP50Ms, r.BindP99Ms) })
-	row("submit to Running p50/p99", func(r Result) string { return fmt.Sprintf("%d/%dms", r.RunningP50Ms, r.RunningP99Ms) })
 	return rows
 }
 
-// Format prints the table.
+// labelWidth and the cell width (at least minCell, else the widest cell
+// plus two) lay out the terminal table.
+const (
+	labelWidth = 32
+	minCell    = 20
+)
+
+// Format prints the table and the verdict.
 func (rep *Report) Format(w io.Writer) {
-	fmt.Fprintf(w, "%d nodes, %d GPUs (%d next to a NIC at PIX/PXB), %d jobs\n\n", rep.Nodes, rep.GPUs, rep.AlignedGPUs, rep.Workload.Jobs)
-	fmt.Fprintf(w, "%-30s", "")
-	for _, r := range rep.Results {
-		fmt.Fprintf(w, "%24s", r.Scheduler)
+	fmt.Fprint(w, rep.header())
+	if len(rep.Runs) > 1 {
+		fmt.Fprintf(w, "Each cell: the median of %d runs (seeds %d-%d) [lowest, highest].\n", len(rep.Runs), rep.Seeds[0], rep.Seeds[len(rep.Seeds)-1])
 	}
 	fmt.Fprintln(w)
-	for _, r := range rep.Rows() {
-		fmt.Fprintf(w, "%-30s", r.Label)
+	rows := rep.Rows()
+	width := minCell
+	for _, r := range rows {
 		for _, c := range r.Cells {
-			fmt.Fprintf(w, "%24s", c)
+			width = max(width, len(c)+2)
+		}
+	}
+	for _, c := range rep.Columns {
+		width = max(width, len(c.Name)+2)
+	}
+	fmt.Fprintf(w, "%-*s", labelWidth, "")
+	for _, c := range rep.Columns {
+		fmt.Fprintf(w, "%*s", width, c.Name)
+	}
+	fmt.Fprintln(w)
+	for _, r := range rows {
+		fmt.Fprintf(w, "%-*s", labelWidth, r.Label)
+		for _, c := range r.Cells {
+			fmt.Fprintf(w, "%*s", width, c)
 		}
 		fmt.Fprintln(w)
 	}
+	fmt.Fprintf(w, "\n%s\n", rep.Verdict)
+}
+
+// header is the report's first line: the cluster, the work and the clock.
+func (rep *Report) header() string {
+	return fmt.Sprintf("%d nodes, %d GPUs (%d next to a NIC at PIX/PXB), %d jobs; times in hours of workload time, replayed %g times faster (latencies: real ms).\n",
+		rep.Nodes, rep.GPUs, rep.AlignedGPUs, rep.Workload.Jobs, rep.Workload.TimeScale)
 }
 
 // JSON prints the report for machines.
@@ -133,16 +151,28 @@ type chart struct {
 	X0, X1, Y0, Y1 float64
 }
 
+// charts draw the first run.
 func (rep *Report) charts() []chart {
+	if len(rep.Runs) == 0 {
+		return nil
+	}
+	results := rep.Runs[0]
 	maxT := 1.0
-	for _, r := range rep.Results {
+	for _, r := range results {
 		maxT = max(maxT, r.Seconds)
+	}
+	unit, per := "s", 1.0
+	switch {
+	case maxT >= 2*3600:
+		unit, per = "h", 3600
+	case maxT >= 120:
+		unit, per = "min", 60
 	}
 	maxY := float64(max(rep.GPUs, 1))
 	x := func(t float64) float64 { return padLeft + t/maxT*float64(chartW-padLeft-padRight) }
 	y := func(g float64) float64 { return float64(chartH-padBottom) - g/maxY*float64(chartH-padBottom-padTop) }
 	var out []chart
-	for _, r := range rep.Results {
+	for _, r := range results {
 		c := chart{Scheduler: r.Scheduler, W: chartW, H: chartH, AlignedY: y(float64(rep.AlignedGPUs)),
 			X0: padLeft, X1: chartW - padRight, Y0: float64(chartH - padBottom), Y1: padTop}
 		below := make([]int, len(r.Timeline))
@@ -166,7 +196,7 @@ func (rep *Report) charts() []chart {
 		}
 		for i := 0; i <= 5; i++ {
 			t := maxT * float64(i) / 5
-			c.XTicks = append(c.XTicks, chartTick{X: x(t), Y: float64(chartH - padBottom + 16), Label: fmt.Sprintf("%.0fs", t)})
+			c.XTicks = append(c.XTicks, chartTick{X: x(t), Y: float64(chartH - padBottom + 16), Label: fmt.Sprintf("%.1f %s", t/per, unit)})
 			g := maxY * float64(i) / 5
 			c.YTicks = append(c.YTicks, chartTick{X: padLeft - 6, Y: y(g) + 4, Label: fmt.Sprintf("%.0f", g)})
 		}
@@ -195,13 +225,14 @@ table{border-collapse:collapse}td,th{padding:.2em .8em;text-align:right}td:first
 tr:nth-child(even){background:#f4f4f4}svg text{font-size:11px;fill:#444}.sw{display:inline-block;width:1em;height:1em;vertical-align:middle;margin-right:.3em}
 </style></head><body>
 <h1>nicaffinity-sim simulate</h1>
-<p>{{.Report.Nodes}} nodes, {{.Report.GPUs}} GPUs ({{.Report.AlignedGPUs}} next to a NIC at PIX/PXB), {{.Report.Workload.Jobs}} jobs;
-the same workload replayed through each scheduler on a fresh cluster. Offline bound: at most {{.Report.Bound.Jobs}} of {{.Report.Bound.RDMAJobs}} RDMA jobs
-can be GPUDirect-eligible ({{.Report.Bound.Alignable}} fit some node's aligned GPUs at all).</p>
-<table id="summary"><tr><th></th>{{range .Report.Results}}<th>{{.Scheduler}}</th>{{end}}</tr>
+<p id="verdict"><strong>{{.Report.Verdict}}</strong></p>
+<p>{{.Header}} The same workload is replayed through each column on a fresh cluster{{if gt (len .Report.Runs) 1}},
+once per seed ({{len .Report.Runs}} runs); each cell is the median [lowest, highest]{{end}}.
+The offline bound is the most RDMA jobs any placement could make GPUDirect-eligible.</p>
+<table id="summary"><tr><th></th>{{range .Report.Columns}}<th>{{.Name}}</th>{{end}}</tr>
 {{range .Rows}}<tr><td>{{.Label}}</td>{{range .Cells}}<td>{{.}}</td>{{end}}</tr>
 {{end}}</table>
-<h2>GPUs in use by GPU-NIC level over time</h2>
+<h2>GPUs in use by GPU-NIC level over time (first run)</h2>
 <p>{{range .Legend}}<span class="sw" style="background:{{.Color}}"></span>{{.Series}}: {{.Meaning}}<br>{{end}}
 The dashed line is the number of GPUs with a PIX/PXB NIC.</p>
 {{range .Charts}}<h3>{{.Scheduler}}</h3>
@@ -218,5 +249,5 @@ The dashed line is the number of GPUs with a PIX/PXB NIC.</p>
 
 // HTML writes the page.
 func (rep *Report) HTML(w io.Writer) error {
-	return page.Execute(w, map[string]any{"Report": rep, "Rows": rep.Rows(), "Charts": rep.charts(), "Legend": legend})
+	return page.Execute(w, map[string]any{"Report": rep, "Header": rep.header(), "Rows": rep.Rows(), "Charts": rep.charts(), "Legend": legend})
 }

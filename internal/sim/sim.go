@@ -24,6 +24,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/runenv"
 	"github.com/nicaffinity/nicaffinity/internal/schedulertest"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
@@ -39,13 +40,41 @@ type Column struct {
 	// is the NVIDIA device plugin alone (a plan is advice), kubeletsim.Proxy
 	// puts nicaffinity's allocation proxy in front of it.
 	Kubelet string `json:"kubelet"`
+	// Policy is nicaffinity's policy for every job (the nicaffinity.io/policy
+	// annotation); empty for the default scheduler.
+	Policy string `json:"policy,omitempty"`
 }
 
-// Columns are the runs every simulation compares, on the same workload.
+// Columns are the runs every simulation compares, on the same workload: the
+// policies with the allocation proxy (so that placements happen), the
+// required policy as advice to the device plugin alone, and the default
+// scheduler, which the report compares each with. The default scheduler
+// is last.
 var Columns = []Column{
-	{Name: "nicaffinity+proxy", Scheduler: Schedulers[0], Kubelet: kubeletsim.Proxy},
-	{Name: "nicaffinity (advice)", Scheduler: Schedulers[0], Kubelet: kubeletsim.BestEffort},
+	{Name: "required+proxy", Scheduler: Schedulers[0], Kubelet: kubeletsim.Proxy, Policy: annotations.PolicyRequired},
+	{Name: "preferred+proxy", Scheduler: Schedulers[0], Kubelet: kubeletsim.Proxy, Policy: annotations.PolicyPreferred},
+	{Name: "required (advice)", Scheduler: Schedulers[0], Kubelet: kubeletsim.BestEffort, Policy: annotations.PolicyRequired},
 	{Name: "default-scheduler", Scheduler: Schedulers[1], Kubelet: kubeletsim.BestEffort},
+}
+
+// ColumnsNamed picks columns by name, in Columns order.
+func ColumnsNamed(names []string) ([]Column, error) {
+	var out []Column
+	for _, c := range Columns {
+		if slices.Contains(names, c.Name) {
+			out = append(out, c)
+		}
+	}
+	for _, n := range names {
+		if !slices.ContainsFunc(Columns, func(c Column) bool { return c.Name == n }) {
+			var known []string
+			for _, c := range Columns {
+				known = append(known, c.Name)
+			}
+			return nil, fmt.Errorf("no column %q (known: %s)", n, strings.Join(known, ", "))
+		}
+	}
+	return out, nil
 }
 
 // Plan is a simulation ready to run: the nodes resolved, the jobs laid out
@@ -94,6 +123,9 @@ func Prepare(c ClusterSpec, w WorkloadSpec) (*Plan, error) {
 	return p, nil
 }
 
+// Nodes is the cluster's node count.
+func (p *Plan) Nodes() int { return len(p.info) }
+
 // GPUs is the cluster's GPU count.
 func (p *Plan) GPUs() int {
 	n := 0
@@ -125,17 +157,36 @@ type Progress struct {
 	Jobs, Submitted, Waiting, Running, Ended int
 }
 
+// minWriteInterval is the shortest exporter write spacing a replay uses:
+// shorter, and seven to a hundred exporters would load the apiserver more
+// than the jobs do.
+const minWriteInterval = 20 * time.Millisecond
+
 // never marks a moment that did not come.
 const never = time.Duration(-1)
 
-// record is what happened to one job, in time since the first submission.
+// record is what happened to one job, in workload time since the first
+// submission.
 type record struct {
 	job
 	Bound, Running, Ended time.Duration
 	Node                  string
 	Got                   []int // GPU positions on the node, from the kubelet
-	Observed              *annotations.Observed
-	Refused               bool
+	// Worst is the worst level of the job's GPUs to the NICs it may use,
+	// and Runtime what the time model makes of Duration on them; both set
+	// when the job is Running.
+	Worst    topology.Level
+	Runtime  time.Duration
+	Observed *annotations.Observed
+	Refused  bool
+}
+
+// started fills a Running job's level and runtime from what the kubelet
+// handed it.
+func (r *record) started(m TimeModel, n nodeInfo, gpus []int, vfs []string) {
+	r.Got = gpus
+	r.Worst = n.worst(gpus, vfs)
+	r.Runtime = m.Runtime(r.Duration, r.GPUs, r.RDMA, r.Worst)
 }
 
 // Run replays the plan's workload through a column's scheduler, with its
@@ -151,7 +202,12 @@ func Run(ctx context.Context, p *Plan, col Column, progress func(Progress)) (Res
 	defer env.Close()
 	err := env.Run(func() {
 		cp := controlplane.Start(env)
-		cl := cluster.Start(env, cp, cluster.DefaultOptions(), nodes...)
+		// The exporters' write spacing is compressed with the workload: at
+		// 1 s of replay a freed GPU would stay unpublished for TimeScale
+		// seconds of workload time, which no real cluster sees.
+		opts := cluster.DefaultOptions()
+		opts.MinWriteInterval = max(minWriteInterval, time.Duration(float64(opts.MinWriteInterval)/p.Workload.TimeScale))
+		cl := cluster.Start(env, cp, opts, nodes...)
 		if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
 			env.Fatalf("%v", err)
 		}
@@ -160,11 +216,11 @@ func Run(ctx context.Context, p *Plan, col Column, progress func(Progress)) (Res
 			env.Fatalf("%v", err)
 		}
 		schedulertest.Start(env, cp, schedulertest.WithDefaultProfile(cfg))
-		recs, end, err := replay(ctx, cp, cl, p, scheduler, progress)
+		recs, end, err := replay(ctx, cp, cl, p, col, progress)
 		if err != nil {
 			env.Fatalf("%v", err)
 		}
-		res = summarize(col.Name, recs, p.info, end)
+		res = summarize(col.Name, recs, p.info, end, p.Workload.TimeScale)
 		res.Column = col
 	})
 	return res, err
@@ -173,8 +229,14 @@ func Run(ctx context.Context, p *Plan, col Column, progress func(Progress)) (Res
 // replay submits the jobs at their times, follows them through a pod
 // informer, ends each after its duration, and gives up on those not Running
 // within MaxWait.
-func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Cluster, p *Plan, scheduler string, progress func(Progress)) ([]*record, time.Duration, error) {
+func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Cluster, p *Plan, col Column, progress func(Progress)) ([]*record, time.Duration, error) {
+	scheduler := col.Scheduler
 	opts := cluster.DefaultOptions()
+	w := p.Workload
+	info := map[string]nodeInfo{}
+	for _, n := range p.info {
+		info[n.Name] = n
+	}
 	recs := make([]*record, len(p.jobs))
 	byName := map[string]*record{}
 	running := map[string]chan struct{}{}
@@ -185,7 +247,8 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 	}
 	var mu sync.Mutex
 	var start time.Time
-	since := func() time.Duration { return time.Since(start) }
+	// since is workload time; the replay's clock runs TimeScale times faster.
+	since := func() time.Duration { return time.Duration(float64(time.Since(start)) * w.TimeScale) }
 	observe := func(obj any) {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok {
@@ -209,7 +272,7 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 			r.Running = since()
 			if n := cl.Nodes[pod.Spec.NodeName]; n != nil {
 				if a, ok := n.Kubelet.Assigned(pod.UID); ok {
-					r.Got = a.GPUs
+					r.started(w.TimeModel, info[pod.Spec.NodeName], a.GPUs, a.VFs)
 				}
 			}
 			close(running[pod.Name])
@@ -242,7 +305,7 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 			return
 		}
 		mu.Lock()
-		s := Progress{Scheduler: scheduler, Elapsed: since(), Jobs: len(recs), Submitted: submitted}
+		s := Progress{Scheduler: col.Name, Elapsed: time.Since(start), Jobs: len(recs), Submitted: submitted}
 		for _, r := range recs[:submitted] {
 			switch {
 			case r.Ended != never:
@@ -275,7 +338,7 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 	start = time.Now()
 	mu.Unlock()
 	for _, r := range recs {
-		if d := r.At - since(); d > 0 {
+		if d := w.replay(r.At - since()); d > 0 {
 			select {
 			case <-time.After(d):
 			case <-ctx.Done():
@@ -292,6 +355,9 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: "default"},
 			Spec: corev1.PodSpec{SchedulerName: scheduler, Containers: []corev1.Container{{Name: "train", Image: "train",
 				Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits}}}}}
+		if col.Policy != "" {
+			pod.Annotations = map[string]string{annotations.Policy: col.Policy}
+		}
 		mu.Lock()
 		r.At = since() // the real moment, for the report's time axis
 		submitted++
@@ -306,12 +372,15 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 			select {
 			case <-running[r.Name]:
 				ran = true
-			case <-time.After(p.Workload.MaxWait.Std()):
+			case <-time.After(w.replay(w.MaxWait.Std())):
 			case <-ctx.Done():
 			}
 			if ran {
+				mu.Lock()
+				d := r.Runtime
+				mu.Unlock()
 				select {
-				case <-time.After(r.Duration):
+				case <-time.After(w.replay(d)):
 				case <-ctx.Done():
 				}
 			}

@@ -56,12 +56,24 @@ type WorkloadSpec struct {
 	// submissions. Interarrival, when set, replaces it with a fixed gap.
 	Load         Load     `yaml:"load" json:"load"`
 	Interarrival Duration `yaml:"interarrival,omitempty" json:"interarrival,omitempty"`
-	// A job runs for a duration drawn between MinDuration and MaxDuration
-	// once Running; one not Running MaxWait after submission is given up.
-	MinDuration Duration `yaml:"minDuration" json:"minDuration"`
-	MaxDuration Duration `yaml:"maxDuration" json:"maxDuration"`
-	MaxWait     Duration `yaml:"maxWait" json:"maxWait"`
-	Seed        int64    `yaml:"seed" json:"seed"`
+	// A job's aligned runtime (with GPUDirect RDMA on every GPU) is drawn
+	// between MinDuration and MaxDuration; TimeModel turns it into the
+	// runtime on what the job got. One not Running MaxWait after submission
+	// is given up.
+	MinDuration Duration  `yaml:"minDuration" json:"minDuration"`
+	MaxDuration Duration  `yaml:"maxDuration" json:"maxDuration"`
+	MaxWait     Duration  `yaml:"maxWait" json:"maxWait"`
+	TimeModel   TimeModel `yaml:"timeModel" json:"timeModel"`
+	// TimeScale compresses time: the replay runs TimeScale times faster
+	// than the workload's clock. Every duration in the spec, and every
+	// figure of the report but the scheduler's latencies, is workload time.
+	TimeScale float64 `yaml:"timeScale" json:"timeScale"`
+	Seed      int64   `yaml:"seed" json:"seed"`
+}
+
+// replay is a workload duration on the replay's clock.
+func (w WorkloadSpec) replay(d time.Duration) time.Duration {
+	return time.Duration(float64(d) / w.TimeScale)
 }
 
 // Load is a linear ramp of offered GPU load.
@@ -92,7 +104,10 @@ func (d Duration) Std() time.Duration { return time.Duration(d) }
 // Defaults: real shapes. HGX H100 (every GPU PIX to a NIC), DGX A100 (two
 // GPUs per NIC at PXB), Azure NDv2 (8 V100, one NIC for all: no GPUDirect
 // anywhere), the half-NIC shape (switches without a NIC), and an H20 with
-// SR-IOV VFs on two of its NICs. The load rises to 90% of the GPUs.
+// SR-IOV VFs on two of its NICs. The load rises to 90% of the GPUs. Jobs
+// run 15 to 60 minutes, replayed 1800 times faster (0.5 to 2 s): the
+// scheduler, kubelets and exporters take milliseconds per pod, which the
+// compression turns into seconds of workload time, small next to jobs.
 var (
 	DefaultCluster = ClusterSpec{Pools: []Pool{
 		{Name: "h100", Count: 2, Machine: "hgx-h100-8gpu-8nic"},
@@ -102,8 +117,38 @@ var (
 		{Name: "h20", Count: 1, Machine: "h20-sriov"},
 	}}
 	DefaultWorkload = WorkloadSpec{Jobs: 64, Sizes: map[int]int{1: 4, 2: 3, 4: 2, 8: 1}, RDMAShare: 0.7, VFShare: 0.1,
-		Load: Load{From: 0.3, To: 0.9}, MinDuration: Duration(2 * time.Second), MaxDuration: Duration(8 * time.Second),
-		MaxWait: Duration(30 * time.Second), Seed: 1}
+		Load: Load{From: 0.3, To: 0.9}, MinDuration: Duration(15 * time.Minute), MaxDuration: Duration(60 * time.Minute),
+		MaxWait: Duration(4 * time.Hour), TimeModel: DefaultTimeModel, TimeScale: 1800, Seed: 1}
+)
+
+// Scenario is a bundled cluster and workload.
+type Scenario struct {
+	Cluster  ClusterSpec
+	Workload WorkloadSpec
+}
+
+// Scenarios are the bundled ones: "default" (make demo) and "large", 64
+// nodes of the same shapes in the same proportions and 1000 jobs, replayed
+// at a gentler compression (1 to 4 s a job) so that 64 exporters and
+// kubelets keep up on two cores.
+var Scenarios = map[string]Scenario{
+	"default": {Cluster: DefaultCluster, Workload: DefaultWorkload},
+	"large":   {Cluster: LargeCluster, Workload: LargeWorkload},
+}
+
+var (
+	LargeCluster = ClusterSpec{Pools: []Pool{
+		{Name: "h100", Count: 20, Machine: "hgx-h100-8gpu-8nic"},
+		{Name: "a100", Count: 10, Machine: "dgx-a100-8gpu-10nic"},
+		{Name: "ndv2", Count: 8, Machine: "profile/azure-ndv2-v100-8gpu"},
+		{Name: "half", Count: 18, Machine: "half-nics"},
+		{Name: "h20", Count: 8, Machine: "h20-sriov"},
+	}}
+	LargeWorkload = func() WorkloadSpec {
+		w := DefaultWorkload
+		w.Jobs, w.TimeScale = 1000, 900
+		return w
+	}()
 )
 
 // SpecError is a spec problem at a line of a file.
@@ -137,7 +182,11 @@ const (
 	maxClusterNodes = 2000
 	maxPools        = 100
 	maxJobs         = 100_000
-	maxDuration     = 24 * time.Hour
+	maxDuration     = 7 * 24 * time.Hour
+	maxTimeScale    = 100_000
+	// A replayed job shorter than this would measure the control plane's
+	// latency, not the placement.
+	minReplayDuration = 100 * time.Millisecond
 )
 
 func decodeStrict(file string, b []byte, out any) (*yaml.Node, error) {
@@ -273,13 +322,20 @@ func ParseCluster(file string, b []byte) (ClusterSpec, error) {
 // ParseWorkload reads a workload spec over the defaults.
 func ParseWorkload(file string, b []byte) (WorkloadSpec, error) {
 	w := DefaultWorkload
-	w.Sizes = nil // a map would merge with the default sizes, not replace them
+	// A map would merge with the default's, not replace it.
+	w.Sizes, w.TimeModel = nil, TimeModel{}
 	root, err := decodeStrict(file, b, &w)
 	if err != nil {
 		return w, err
 	}
 	if w.Sizes == nil {
 		w.Sizes = DefaultWorkload.Sizes
+	}
+	if w.TimeModel.CommShare == nil {
+		w.TimeModel.CommShare = DefaultTimeModel.CommShare
+	}
+	if w.TimeModel.Bandwidth == nil {
+		w.TimeModel.Bandwidth = DefaultTimeModel.Bandwidth
 	}
 	bad := func(msg string, path ...any) error {
 		var field []string
@@ -315,6 +371,11 @@ func ParseWorkload(file string, b []byte) (WorkloadSpec, error) {
 		return w, bad(fmt.Sprintf("%s is less than minDuration %s", w.MaxDuration.Std(), w.MinDuration.Std()), "maxDuration")
 	case w.MaxWait <= 0:
 		return w, bad("want a positive duration", "maxWait")
+	case !(w.TimeScale >= 1 && w.TimeScale <= maxTimeScale): // also NaN
+		return w, bad(fmt.Sprintf("%g: want 1 (no compression) to %d", w.TimeScale, maxTimeScale), "timeScale")
+	case w.replay(w.MinDuration.Std()) < minReplayDuration:
+		return w, bad(fmt.Sprintf("%s at timeScale %g replays in %s: the control plane takes milliseconds per pod, so a job must last at least %s on the replay's clock",
+			w.MinDuration.Std(), w.TimeScale, w.replay(w.MinDuration.Std()).Round(time.Millisecond), minReplayDuration), "minDuration")
 	}
 	if len(w.Sizes) == 0 {
 		return w, bad("no job sizes", "sizes")
@@ -329,6 +390,9 @@ func ParseWorkload(file string, b []byte) (WorkloadSpec, error) {
 	}
 	if w.totalWeight() == 0 {
 		return w, bad("every weight is 0", "sizes")
+	}
+	if err := w.TimeModel.validate(w.Sizes, bad); err != nil {
+		return w, err
 	}
 	return w, nil
 }
@@ -465,40 +529,76 @@ func (w WorkloadSpec) check(nodes []nodeInfo) error {
 }
 
 // nodeInfo is what the accounting needs of a node: its GPUs' bus IDs in
-// position order and which of them sit at PIX/PXB to an RDMA NIC.
+// position order, the level of each to its nearest RDMA NIC, and to the NIC
+// behind each SR-IOV VF.
 type nodeInfo struct {
 	Name    string
 	GPUs    []string
-	Aligned []bool
-	VFNICs  int
+	Aligned []bool // Best[i] is PIX/PXB
+	// Best is each GPU's level to its nearest NIC (not a VF): what NCCL
+	// picks for a job that may use every NIC (rdma/hca).
+	Best []topology.Level
+	// VFLevels is, per VF address, each GPU's level to the VF's NIC.
+	VFLevels map[string][]topology.Level
+	VFNICs   int
 	// VFGroup is the most GPUs at PIX/PXB to one NIC with VFs: a pod with
 	// one VF uses one NIC, so that is the largest VF job that can align.
 	VFGroup int
 }
 
 func describe(name string, t *topology.Topology) nodeInfo {
-	n := nodeInfo{Name: name}
+	n := nodeInfo{Name: name, VFLevels: map[string][]topology.Level{}}
 	for _, nic := range t.NICs {
 		if nic.PhysFn == "" && len(nic.VFs) > 0 {
 			n.VFNICs++
 			near := 0
+			var levels []topology.Level
 			for _, g := range t.GPUs {
-				if t.PCILevel(g.PCI, nic.PCI).GPUDirectCapable() {
+				l := t.PCILevel(g.PCI, nic.PCI)
+				levels = append(levels, l)
+				if l.GPUDirectCapable() {
 					near++
 				}
 			}
 			n.VFGroup = max(n.VFGroup, near)
+			for _, vf := range nic.VFs {
+				n.VFLevels[vf] = levels
+			}
 		}
 	}
 	for _, g := range t.GPUs {
 		n.GPUs = append(n.GPUs, g.PCI.Address)
-		aligned := false
+		best := topology.LevelSYS
 		for _, nic := range t.NICs {
-			aligned = aligned || (nic.PhysFn == "" && t.PCILevel(g.PCI, nic.PCI).GPUDirectCapable())
+			if nic.PhysFn == "" {
+				best = min(best, t.PCILevel(g.PCI, nic.PCI))
+			}
 		}
-		n.Aligned = append(n.Aligned, aligned)
+		n.Best = append(n.Best, best)
+		n.Aligned = append(n.Aligned, best.GPUDirectCapable())
 	}
 	return n
+}
+
+// worst is the worst level among the GPU positions a job got, each to its
+// nearest NIC, or to the nearest NIC behind its VFs when it took VFs.
+func (n nodeInfo) worst(gpus []int, vfs []string) topology.Level {
+	w := topology.LevelPIX
+	for _, pos := range gpus {
+		best := topology.LevelSYS
+		switch {
+		case len(vfs) > 0:
+			for _, vf := range vfs {
+				if l := n.VFLevels[vf]; pos < len(l) {
+					best = min(best, l[pos])
+				}
+			}
+		case pos < len(n.Best):
+			best = n.Best[pos]
+		}
+		w = max(w, best)
+	}
+	return w
 }
 
 // alignedCount is how many of the node's GPUs are aligned.

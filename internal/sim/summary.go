@@ -7,21 +7,38 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
-// Report is a whole simulation: the specs, the offline bound and one result
-// per scheduler.
+// Report is a whole simulation: the specs, and per run (one workload seed)
+// the offline bound and one result per column, then the figures over the
+// runs and the verdict.
 type Report struct {
 	Cluster     ClusterSpec  `json:"cluster"`
 	Workload    WorkloadSpec `json:"workload"`
 	Nodes       int          `json:"nodes"`
 	GPUs        int          `json:"gpus"`
 	AlignedGPUs int          `json:"alignedGPUs"`
-	Bound       Bound        `json:"offlineBound"`
-	Results     []Result     `json:"results"`
+	Columns     []Column     `json:"columns"`
+	Seeds       []int64      `json:"seeds"`
+	Bounds      []Bound      `json:"offlineBounds"`
+	// Runs holds, per seed, one result per column in Columns order.
+	Runs    [][]Result      `json:"runs"`
+	Summary []ColumnSummary `json:"summary"`
+	Verdict string          `json:"verdict"`
 }
 
-// NewReport starts a report of a plan.
-func NewReport(p *Plan) *Report {
-	return &Report{Cluster: p.Cluster, Workload: p.Workload, Nodes: len(p.info), GPUs: p.GPUs(), AlignedGPUs: p.AlignedGPUs(), Bound: p.bound}
+// NewReport starts a report of a cluster and the columns it compares.
+func NewReport(p *Plan, cols []Column) *Report {
+	return &Report{Cluster: p.Cluster, Workload: p.Workload, Nodes: len(p.info), GPUs: p.GPUs(), AlignedGPUs: p.AlignedGPUs(), Columns: cols}
+}
+
+// Add records one run: the plan (its seed and bound) and a result per
+// column, in the report's column order.
+func (rep *Report) Add(p *Plan, results []Result) {
+	for i := range results {
+		results[i].Seed = p.Workload.Seed
+	}
+	rep.Seeds = append(rep.Seeds, p.Workload.Seed)
+	rep.Bounds = append(rep.Bounds, p.bound)
+	rep.Runs = append(rep.Runs, results)
 }
 
 // Result is one column's run.
@@ -30,12 +47,26 @@ type Result struct {
 	Scheduler string `json:"scheduler"`
 	Column    Column `json:"column"`
 	Jobs      int    `json:"jobs"`
+	// Seed is the workload's seed in this run.
+	Seed int64 `json:"seed"`
 	// Scheduled jobs were bound to a node; Pending ones never were (given
 	// up after maxWait). Refused ones were found unschedulable at least once.
+	// Finished jobs ran to their end; the others were given up.
 	Scheduled int `json:"scheduled"`
 	Pending   int `json:"pending"`
 	Refused   int `json:"refused"`
+	Finished  int `json:"finished"`
 	RDMAJobs  int `json:"rdmaJobs"`
+	// Job completion time (submission to end, waiting included) of the
+	// finished jobs, and the makespan (first submission to the last
+	// finished job's end), in hours of workload time.
+	JCTMeanHours  float64 `json:"jctMeanHours"`
+	JCTP50Hours   float64 `json:"jctP50Hours"`
+	JCTP99Hours   float64 `json:"jctP99Hours"`
+	MakespanHours float64 `json:"makespanHours"`
+	// GPUHoursLost is what RDMA jobs spent beyond their aligned runtime
+	// (TimeModel), in GPU-hours: lost to misalignment.
+	GPUHoursLost float64 `json:"gpuHoursLost"`
 	// PairLevels counts, per level, the GPU-NIC pairs the kubelet handed to
 	// RDMA jobs (each GPU with its nearest NIC, as the exporter observed);
 	// "unverified" is a GPU of a job that ended before the exporter looked.
@@ -49,20 +80,22 @@ type Result struct {
 	Plans         int  `json:"plans"`
 	PlansFollowed int  `json:"plansFollowed"`
 	Fragmentation Frag `json:"fragmentation"`
-	// PodsPerSecond is bound jobs over the time from the first submission
-	// to the last bind: arrivals pace it here (nicaffinity-sim bench measures
-	// the scheduler's own rate).
+	// PodsPerSecond is bound jobs over the replay's time from the first
+	// submission to the last bind: arrivals pace it here (nicaffinity-sim
+	// bench measures the scheduler's own rate).
 	PodsPerSecond float64 `json:"podsPerSecond"`
-	// Submission to bound, and submission to Running.
-	BindP50Ms    int64    `json:"bindLatencyP50Ms"`
-	BindP99Ms    int64    `json:"bindLatencyP99Ms"`
-	RunningP50Ms int64    `json:"runningLatencyP50Ms"`
-	RunningP99Ms int64    `json:"runningLatencyP99Ms"`
-	Seconds      float64  `json:"seconds"`
-	Timeline     []Sample `json:"timeline"`
+	// Submission to bound, and submission to Running, on the replay's clock
+	// (real milliseconds, not workload time).
+	BindP50Ms    int64 `json:"bindLatencyP50Ms"`
+	BindP99Ms    int64 `json:"bindLatencyP99Ms"`
+	RunningP50Ms int64 `json:"runningLatencyP50Ms"`
+	RunningP99Ms int64 `json:"runningLatencyP99Ms"`
+	// Seconds is the run's length in workload time.
+	Seconds  float64  `json:"seconds"`
+	Timeline []Sample `json:"timeline"`
 }
 
-// Frag is aligned capacity left unused while RDMA jobs waited: GPUs with a
+// Frag, in workload time, is aligned capacity left unused while RDMA jobs waited: GPUs with a
 // PIX/PXB NIC that sat free (or held by jobs without RDMA) while at least
 // one RDMA job was not yet bound.
 type Frag struct {
@@ -90,16 +123,28 @@ type Sample struct {
 var Series = []string{"PIX", "PXB", "PHB", "NODE", "SYS", "unverified", "noRDMA"}
 
 // summarize does the accounting of one run; it is pure, so tests can check
-// it on records whose answer is known by hand.
-func summarize(scheduler string, recs []*record, nodes []nodeInfo, end time.Duration) Result {
+// it on records whose answer is known by hand. Records are in workload
+// time; scale (the workload's TimeScale) turns latencies back into the
+// replay's.
+func summarize(scheduler string, recs []*record, nodes []nodeInfo, end time.Duration, scale float64) Result {
 	res := Result{Scheduler: scheduler, Jobs: len(recs), PairLevels: map[string]int{}, Seconds: round2(end.Seconds())}
 	byNode := map[string]nodeInfo{}
 	for _, n := range nodes {
 		byNode[n.Name] = n
 	}
-	var bind, run []time.Duration
-	lastBind := time.Duration(0)
+	var bind, run, jct []time.Duration
+	lastBind, lastEnd := time.Duration(0), time.Duration(0)
+	real := func(d time.Duration) time.Duration { return time.Duration(float64(d) / scale) }
+	lost := time.Duration(0) // GPU-time
 	for _, r := range recs {
+		if r.Running != never && r.Ended != never {
+			res.Finished++
+			jct = append(jct, r.Ended-r.At)
+			lastEnd = max(lastEnd, r.Ended)
+			if r.RDMA {
+				lost += time.Duration(r.GPUs) * max(0, r.Runtime-r.Duration)
+			}
+		}
 		if r.RDMA {
 			res.RDMAJobs++
 		}
@@ -111,10 +156,10 @@ func summarize(scheduler string, recs []*record, nodes []nodeInfo, end time.Dura
 			continue
 		}
 		res.Scheduled++
-		bind = append(bind, r.Bound-r.At)
+		bind = append(bind, real(r.Bound-r.At))
 		lastBind = max(lastBind, r.Bound)
 		if r.Running != never {
-			run = append(run, r.Running-r.At)
+			run = append(run, real(r.Running-r.At))
 		}
 		if r.Observed != nil && r.Observed.Plan != "none" {
 			res.Plans++
@@ -139,9 +184,21 @@ func summarize(scheduler string, recs []*record, nodes []nodeInfo, end time.Dura
 	if res.RDMAJobs > 0 {
 		res.GPUDirectShare = round2(float64(res.GPUDirectJobs) / float64(res.RDMAJobs))
 	}
-	if first := firstSubmission(recs); lastBind > first {
-		res.PodsPerSecond = round2(float64(res.Scheduled) / (lastBind - first).Seconds())
+	first := firstSubmission(recs)
+	if lastBind > first {
+		res.PodsPerSecond = round2(float64(res.Scheduled) / real(lastBind-first).Seconds())
 	}
+	if len(jct) > 0 {
+		sum := time.Duration(0)
+		for _, d := range jct {
+			sum += d
+		}
+		res.JCTMeanHours = round2(sum.Hours() / float64(len(jct)))
+		p50, p99 := rank(jct, 50), rank(jct, 99)
+		res.JCTP50Hours, res.JCTP99Hours = round2(p50.Hours()), round2(p99.Hours())
+		res.MakespanHours = round2((lastEnd - first).Hours())
+	}
+	res.GPUHoursLost = round2(lost.Hours())
 	res.BindP50Ms, res.BindP99Ms = percentiles(bind)
 	res.RunningP50Ms, res.RunningP99Ms = percentiles(run)
 	res.Timeline, res.Fragmentation = timeline(recs, byNode, end)
@@ -182,9 +239,13 @@ func percentiles(d []time.Duration) (int64, int64) {
 	if len(d) == 0 {
 		return 0, 0
 	}
+	return rank(d, 50).Milliseconds(), rank(d, 99).Milliseconds()
+}
+
+// rank is the p-th percentile of d by nearest rank; it sorts d.
+func rank(d []time.Duration, p int) time.Duration {
 	slices.Sort(d)
-	rank := func(p int) time.Duration { return d[max(0, (p*len(d)+99)/100-1)] }
-	return rank(50).Milliseconds(), rank(99).Milliseconds()
+	return d[max(0, (p*len(d)+99)/100-1)]
 }
 
 // timelineStep is the chart's resolution; the fragmentation integral uses
@@ -193,7 +254,9 @@ func timelineStep(end time.Duration) time.Duration {
 	return max(250*time.Millisecond, (end / 240).Round(50*time.Millisecond))
 }
 
-const fragStep = 50 * time.Millisecond
+// fragStep is the fragmentation integral's step: 50 ms, or a 4000th of a
+// long run.
+func fragStep(end time.Duration) time.Duration { return max(50*time.Millisecond, end/4000) }
 
 // timeline samples the cluster over the run and integrates fragmentation.
 func timeline(recs []*record, nodes map[string]nodeInfo, end time.Duration) ([]Sample, Frag) {
@@ -205,7 +268,8 @@ func timeline(recs []*record, nodes map[string]nodeInfo, end time.Duration) ([]S
 	}
 	step := timelineStep(end)
 	nextSample := time.Duration(0)
-	for t := time.Duration(0); t <= end; t += fragStep {
+	fstep := fragStep(end)
+	for t := time.Duration(0); t <= end; t += fstep {
 		s := Sample{T: round2(t.Seconds()), GPUs: map[string]int{}}
 		usedAligned, nonRDMAAligned, waitingRDMA := 0, 0, 0
 		for _, r := range recs {
@@ -236,7 +300,7 @@ func timeline(recs []*record, nodes map[string]nodeInfo, end time.Duration) ([]S
 			}
 		}
 		if waitingRDMA > 0 {
-			sec := fragStep.Seconds()
+			sec := fstep.Seconds()
 			f.WaitingSeconds += sec
 			f.IdleAlignedGPUSeconds += float64(totalAligned-usedAligned) * sec
 			f.HeldByNonRDMAGPUSeconds += float64(nonRDMAAligned) * sec
