@@ -10,7 +10,7 @@ DEMO_PROFILE ?= oci-bm-gpu-h100-8-8gpu-8x2portcx7
 DEMO_REPORT ?= _output/demo
 FUZZTIME     ?= 10s
 
-.PHONY: all build test test-compat vet demo demo-topo bench fuzz clean
+.PHONY: all build test test-compat vet demo demo-large demo-topo bench fuzz clean
 
 all: build
 
@@ -50,9 +50,15 @@ test-compat:
 	cd test/compat && $(GO) test -count=1 ./...
 
 # The main job: a simulated cluster of real machine shapes, the same workload
-# through nicaffinity and through the default scheduler (about a minute).
+# through nicaffinity's policies and the default scheduler, three seeds
+# (under 3 minutes on 2 cores once built).
 demo:
 	$(GO) run ./cmd/nicaffinity-sim simulate --report $(DEMO_REPORT)
+
+# The large scenario: 64 nodes, 1000 jobs, one seed (docs/simulate.md,
+# "The large scenario"; under 10 minutes on 2 cores once built).
+demo-large:
+	$(GO) run ./cmd/nicaffinity-sim simulate --scenario large --runs 1 --report $(DEMO_REPORT)-large
 
 # The topology of a bundled real machine, as nvidia-smi topo -m prints it.
 demo-topo:

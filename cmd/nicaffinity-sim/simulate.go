@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 
 type simulateOptions struct {
 	cluster, workload, output, report, scenario string
+	cpuProfile                                  string
 	runs, parallel                              int
 	columns                                     []string
 }
@@ -59,7 +61,8 @@ large is 64 nodes of those shapes and 1000 jobs.`,
 	f.StringVarP(&o.output, "output", "o", "text", "text or json")
 	f.StringVar(&o.report, "report", "", "also write an HTML report with charts into this directory")
 	f.IntVar(&o.runs, "runs", defaultRuns, "replay the workload with this many seeds (seed, seed+1, ...) and report the median and range")
-	f.IntVar(&o.parallel, "parallel", 2, "replays at a time, each on its own cluster")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the replays (go tool pprof) to this file")
+	f.IntVar(&o.parallel, "parallel", 0, "replays at a time, each on its own cluster (default: the scenario's, 3 for default, 2 for large)")
 	f.StringSliceVar(&o.columns, "columns", nil, "compare only these columns (default: all)")
 	f.StringVar(&o.scenario, "scenario", "default", "bundled cluster and workload: default or large (--cluster and --workload replace its parts)")
 	return cmd
@@ -99,6 +102,11 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 	if o.runs < 1 || o.runs > maxRuns {
 		return fmt.Errorf("--runs %d: want 1 to %d", o.runs, maxRuns)
 	}
+	if o.parallel == 0 {
+		if sc, ok := sim.Scenarios[o.scenario]; ok {
+			o.parallel = sc.Parallel
+		}
+	}
 	if o.parallel < 1 || o.parallel > maxParallel {
 		return fmt.Errorf("--parallel %d: want 1 to %d", o.parallel, maxParallel)
 	}
@@ -126,7 +134,20 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 		plans = append(plans, plan)
 	}
 	rep := sim.NewReport(plans[0], cols)
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
 	results, err := o.runAll(ctx, plans, cols, progress)
+	if o.cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 		{[]string{"simulate", "--cluster", filepath.Join(dir, "absent.yaml")}, "absent.yaml: no such file"},
 		{[]string{"simulate", "--cluster", noVFs}, "vfShare 0.1, but no node of the cluster has SR-IOV VFs"},
 		{[]string{"simulate", "--runs", "0"}, "--runs 0: want 1 to 100"},
-		{[]string{"simulate", "--parallel", "0"}, "--parallel 0: want 1 to 16"},
+		{[]string{"simulate", "--parallel", "17"}, "--parallel 17: want 1 to 16"},
 		{[]string{"simulate", "--scenario", "huge"}, `--scenario "huge": want default or large`},
 		{[]string{"simulate", "--columns", "required+proxy,fastest"}, `--columns: no column "fastest" (known: required+proxy, preferred+proxy, required (advice), default-scheduler)`},
 		{[]string{"bench", "--nodes", "0"}, "--nodes and --pods must be positive"},

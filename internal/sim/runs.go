@@ -103,6 +103,7 @@ var figures = []figure{
 	{Key: "heldByNonRDMAGPUHours", Label: "  aligned GPU-h w/o RDMA", Format: "%.1f", Get: field(func(r *Result) float64 { return r.Fragmentation.HeldByNonRDMAGPUSeconds / 3600 })},
 	{Key: "bindP50Ms", Label: "submit to bound p50, ms", Format: "%.0f", Get: field(func(r *Result) float64 { return float64(r.BindP50Ms) })},
 	{Key: "bindP99Ms", Label: "submit to bound p99, ms", Format: "%.0f", Get: field(func(r *Result) float64 { return float64(r.BindP99Ms) })},
+	{Key: "submitLagP99Minutes", Label: "harness: submit lag p99, min", Format: "%.1f", Get: field(func(r *Result) float64 { return r.SubmitLagP99Minutes })},
 }
 
 func pairs(level string) func(*Report, int, *Result, *Result) float64 {
@@ -151,18 +152,18 @@ func (rep *Report) verdict() string {
 	if len(rep.Summary) == 0 || len(rep.Runs) == 0 {
 		return ""
 	}
-	best := -1
-	for i, s := range rep.Summary {
-		if best < 0 {
-			best = i
-			continue
-		}
-		b := rep.Summary[best]
-		gu, bgu := s.Figures["givenUp"].Median, b.Figures["givenUp"].Median
-		if gu < bgu || gu == bgu && s.Figures["makespanHours"].Median < b.Figures["makespanHours"].Median {
-			best = i
-		}
+	order := make([]int, len(rep.Summary))
+	for i := range order {
+		order[i] = i
 	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		fa, fb := rep.Summary[a].Figures, rep.Summary[b].Figures
+		if c := cmpFloat(fa["givenUp"].Median, fb["givenUp"].Median); c != 0 {
+			return c
+		}
+		return cmpFloat(fa["makespanHours"].Median, fb["makespanHours"].Median)
+	})
+	best := order[0]
 	w := rep.Summary[best]
 	runs := "one run"
 	if len(rep.Runs) > 1 {
@@ -172,6 +173,11 @@ func (rep *Report) verdict() string {
 	fmt.Fprintf(&b, "%s finished the work first: makespan %.2f h", w.Column, w.Figures["makespanHours"].Median)
 	if s, ok := w.Figures["makespanVsDefault"]; ok {
 		fmt.Fprintf(&b, ", %.1f%% %s than the default scheduler's", math.Abs(s.Median), sooner(s.Median))
+		for i, d := range rep.Summary {
+			if g := d.Figures["givenUp"].Median; rep.Columns[i].Scheduler == Schedulers[1] && g > w.Figures["givenUp"].Median {
+				fmt.Fprintf(&b, " (which gave up %g jobs)", g)
+			}
+		}
 		if j, ok := w.Figures["jctMeanVsDefault"]; ok {
 			fmt.Fprintf(&b, "; mean job completion %.1f%% %s", math.Abs(j.Median), shorter(j.Median))
 		}
@@ -183,6 +189,14 @@ func (rep *Report) verdict() string {
 		}
 	}
 	fmt.Fprintf(&b, " (%s).", runs)
+	// A lead inside the runs' spread is no lead: say so.
+	if len(order) > 1 {
+		r := rep.Summary[order[1]]
+		ws, rs := w.Figures["makespanHours"], r.Figures["makespanHours"]
+		if ws.Runs > 1 && w.Figures["givenUp"].Median == r.Figures["givenUp"].Median && rs.Min <= ws.Max {
+			fmt.Fprintf(&b, " %s's makespan (%.2f h) is within the runs' spread of it: no clear winner.", r.Column, rs.Median)
+		}
+	}
 	var gaveUp []string
 	for _, s := range rep.Summary {
 		if g := s.Figures["givenUp"].Median; g > 0 {
@@ -193,6 +207,16 @@ func (rep *Report) verdict() string {
 		fmt.Fprintf(&b, " Jobs given up after maxWait, not run: %s.", strings.Join(gaveUp, ", "))
 	}
 	return b.String()
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 func sooner(pct float64) string {

@@ -179,6 +179,9 @@ type record struct {
 	Runtime  time.Duration
 	Observed *annotations.Observed
 	Refused  bool
+	// Lag is how late the replay submitted the job against the written
+	// arrival: the harness falling behind, not the scheduler.
+	Lag time.Duration
 }
 
 // started fills a Running job's level and runtime from what the kubelet
@@ -207,6 +210,7 @@ func Run(ctx context.Context, p *Plan, col Column, progress func(Progress)) (Res
 		// seconds of workload time, which no real cluster sees.
 		opts := cluster.DefaultOptions()
 		opts.MinWriteInterval = max(minWriteInterval, time.Duration(float64(opts.MinWriteInterval)/p.Workload.TimeScale))
+		opts.StaticTopology = true
 		cl := cluster.Start(env, cp, opts, nodes...)
 		if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
 			env.Fatalf("%v", err)
@@ -300,6 +304,7 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 
 	var wg sync.WaitGroup
 	var submitted int
+	var createErr error
 	report := func() {
 		if progress == nil {
 			return
@@ -359,15 +364,24 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 			pod.Annotations = map[string]string{annotations.Policy: col.Policy}
 		}
 		mu.Lock()
+		r.Lag = max(0, since()-r.At)
 		r.At = since() // the real moment, for the report's time axis
 		submitted++
 		mu.Unlock()
-		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			return nil, 0, fmt.Errorf("create %s: %w", r.Name, err)
-		}
+		// Each job lives on a goroutine of its own from its submission: the
+		// arrival clock never waits on the apiserver.
 		wg.Add(1)
 		go func(r *record) {
 			defer wg.Done()
+			if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				mu.Lock()
+				if createErr == nil {
+					createErr = fmt.Errorf("create %s: %w", r.Name, err)
+				}
+				r.Ended = since()
+				mu.Unlock()
+				return
+			}
 			ran := false
 			select {
 			case <-running[r.Name]:
@@ -384,10 +398,11 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 				case <-ctx.Done():
 				}
 			}
-			_ = pods.Delete(context.Background(), r.Name, metav1.DeleteOptions{})
+			// The job ends now; the deletion's own latency is not its time.
 			mu.Lock()
 			r.Ended = since()
 			mu.Unlock()
+			_ = pods.Delete(context.Background(), r.Name, metav1.DeleteOptions{})
 		}(r)
 	}
 	wg.Wait()
@@ -395,5 +410,8 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 	report()
 	mu.Lock()
 	defer mu.Unlock()
+	if createErr != nil {
+		return nil, 0, createErr
+	}
 	return recs, since(), ctx.Err()
 }

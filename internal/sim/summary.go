@@ -90,6 +90,10 @@ type Result struct {
 	BindP99Ms    int64 `json:"bindLatencyP99Ms"`
 	RunningP50Ms int64 `json:"runningLatencyP50Ms"`
 	RunningP99Ms int64 `json:"runningLatencyP99Ms"`
+	// SubmitLagP99Minutes is how late the replay submitted jobs against
+	// their written arrival (p99, workload time): when it is more than a
+	// small part of a job, the harness could not keep up at this TimeScale.
+	SubmitLagP99Minutes float64 `json:"submitLagP99Minutes"`
 	// Seconds is the run's length in workload time.
 	Seconds  float64  `json:"seconds"`
 	Timeline []Sample `json:"timeline"`
@@ -132,11 +136,12 @@ func summarize(scheduler string, recs []*record, nodes []nodeInfo, end time.Dura
 	for _, n := range nodes {
 		byNode[n.Name] = n
 	}
-	var bind, run, jct []time.Duration
+	var bind, run, jct, lag []time.Duration
 	lastBind, lastEnd := time.Duration(0), time.Duration(0)
 	real := func(d time.Duration) time.Duration { return time.Duration(float64(d) / scale) }
 	lost := time.Duration(0) // GPU-time
 	for _, r := range recs {
+		lag = append(lag, r.Lag)
 		if r.Running != never && r.Ended != never {
 			res.Finished++
 			jct = append(jct, r.Ended-r.At)
@@ -199,6 +204,9 @@ func summarize(scheduler string, recs []*record, nodes []nodeInfo, end time.Dura
 		res.MakespanHours = round2((lastEnd - first).Hours())
 	}
 	res.GPUHoursLost = round2(lost.Hours())
+	if len(lag) > 0 {
+		res.SubmitLagP99Minutes = round2(rank(lag, 99).Minutes())
+	}
 	res.BindP50Ms, res.BindP99Ms = percentiles(bind)
 	res.RunningP50Ms, res.RunningP99Ms = percentiles(run)
 	res.Timeline, res.Fragmentation = timeline(recs, byNode, end)
