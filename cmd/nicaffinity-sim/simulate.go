@@ -102,10 +102,12 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 	if o.runs < 1 || o.runs > maxRuns {
 		return fmt.Errorf("--runs %d: want 1 to %d", o.runs, maxRuns)
 	}
+	sc, ok := sim.Scenarios[o.scenario]
+	if !ok {
+		return fmt.Errorf("--scenario %q: want %s", o.scenario, strings.Join(slices.Sorted(maps.Keys(sim.Scenarios)), " or "))
+	}
 	if o.parallel == 0 {
-		if sc, ok := sim.Scenarios[o.scenario]; ok {
-			o.parallel = sc.Parallel
-		}
+		o.parallel = sc.Parallel
 	}
 	if o.parallel < 1 || o.parallel > maxParallel {
 		return fmt.Errorf("--parallel %d: want 1 to %d", o.parallel, maxParallel)
