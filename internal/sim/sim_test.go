@@ -646,3 +646,36 @@ func TestRun(t *testing.T) {
 	}
 	checkTableAgreesWithJSON(t, rep)
 }
+
+// TestDocumentedWorkloads: the defaults docs/simulate.md shows are the
+// defaults, and the README's example workload is valid.
+func TestDocumentedWorkloads(t *testing.T) {
+	block := func(file, after, open, end string) []byte {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(b)
+		i := strings.Index(s, after)
+		if i < 0 {
+			t.Fatalf("%s: no %q", file, after)
+		}
+		s = s[i:]
+		j := strings.Index(s, open)
+		k := strings.Index(s[j+len(open):], end)
+		if j < 0 || k < 0 {
+			t.Fatalf("%s: no block after %q", file, after)
+		}
+		return []byte(s[j+len(open) : j+len(open)+k])
+	}
+	w, err := ParseWorkload("docs/simulate.md", block("../../docs/simulate.md", "`--workload FILE`", "```yaml\n", "```"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(DefaultWorkload, w); diff != "" {
+		t.Errorf("docs/simulate.md's defaults (-want,+got):\n%s", diff)
+	}
+	if _, err := ParseWorkload("README.md", block("../../README.md", "cat > workload.yaml", "<<'YAML'\n", "YAML\n")); err != nil {
+		t.Errorf("README's workload: %v", err)
+	}
+}
