@@ -169,8 +169,23 @@ func (rep *Report) verdict() string {
 	if len(rep.Runs) > 1 {
 		runs = fmt.Sprintf("medians of %d runs", len(rep.Runs))
 	}
+	// A lead inside the runs' spread is no lead: say so first.
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s finished the work first: makespan %.2f h", w.Column, w.Figures["makespanHours"].Median)
+	decided := true
+	if len(order) > 1 {
+		r := rep.Summary[order[1]]
+		ws, rs := w.Figures["makespanHours"], r.Figures["makespanHours"]
+		if ws.Runs > 1 && w.Figures["givenUp"].Median == r.Figures["givenUp"].Median && rs.Min <= ws.Max {
+			decided = false
+			fmt.Fprintf(&b, "No clear winner on makespan: %s's (%.2f h) and %s's (%.2f h) are within the runs' spread of each other. ",
+				w.Column, ws.Median, r.Column, rs.Median)
+		}
+	}
+	if decided {
+		fmt.Fprintf(&b, "%s finished the work first: makespan %.2f h", w.Column, w.Figures["makespanHours"].Median)
+	} else {
+		fmt.Fprintf(&b, "%s: makespan %.2f h", w.Column, w.Figures["makespanHours"].Median)
+	}
 	if s, ok := w.Figures["makespanVsDefault"]; ok {
 		fmt.Fprintf(&b, ", %.1f%% %s than the default scheduler's", math.Abs(s.Median), sooner(s.Median))
 		for i, d := range rep.Summary {
@@ -189,14 +204,6 @@ func (rep *Report) verdict() string {
 		}
 	}
 	fmt.Fprintf(&b, " (%s).", runs)
-	// A lead inside the runs' spread is no lead: say so.
-	if len(order) > 1 {
-		r := rep.Summary[order[1]]
-		ws, rs := w.Figures["makespanHours"], r.Figures["makespanHours"]
-		if ws.Runs > 1 && w.Figures["givenUp"].Median == r.Figures["givenUp"].Median && rs.Min <= ws.Max {
-			fmt.Fprintf(&b, " %s's makespan (%.2f h) is within the runs' spread of it: no clear winner.", r.Column, rs.Median)
-		}
-	}
 	var gaveUp []string
 	for _, s := range rep.Summary {
 		if g := s.Figures["givenUp"].Median; g > 0 {

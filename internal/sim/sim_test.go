@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
 func TestParseCluster(t *testing.T) {
@@ -144,7 +145,8 @@ func TestParseWorkload(t *testing.T) {
 // FuzzParseWorkload: any spec is refused or accepted quickly, without a
 // panic, and an accepted one respects the caps.
 func FuzzParseWorkload(f *testing.F) {
-	for _, s := range []string{"jobs: 10\n", "jobs: 1000000000\n", "sizes: {1: 99999999999}\n", "maxDuration: 9999999999h\n", "load: {from: 1e308, to: -1e308}\n"} {
+	for _, s := range []string{"jobs: 10\n", "jobs: 1000000000\n", "sizes: {1: 99999999999}\n", "maxDuration: 9999999999h\n", "load: {from: 1e308, to: -1e308}\n",
+		"timeScale: 1e309\n", "timeModel: {commShare: {1: .nan}, bandwidth: {PHB: -0}}\n"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -153,8 +155,22 @@ func FuzzParseWorkload(f *testing.F) {
 		if took := time.Since(start); took > time.Second {
 			t.Fatalf("%s to parse %q", took, b)
 		}
-		if err == nil && (w.Jobs > maxJobs || w.MaxDuration.Std() > maxDuration) {
+		if err == nil && (w.Jobs > maxJobs || w.MaxDuration.Std() > maxDuration || w.TimeScale < 1 || w.TimeScale > maxTimeScale ||
+			w.replay(w.MinDuration.Std()) < minReplayDuration) {
 			t.Fatalf("accepted past the caps: %+v", w)
+		}
+		if err == nil {
+			// Every size drawn has its share and every level its factor.
+			for k, n := range w.Sizes {
+				if _, ok := w.TimeModel.CommShare[k]; n > 0 && !ok {
+					t.Fatalf("accepted sizes %v without a share for %d: %+v", w.Sizes, k, w.TimeModel)
+				}
+			}
+			for _, l := range topology.Levels {
+				if b := w.TimeModel.Bandwidth[l.String()]; !(b > 0 && b <= 1) {
+					t.Fatalf("accepted bandwidth %v for %v", b, l)
+				}
+			}
 		}
 	})
 }

@@ -162,8 +162,9 @@ func TestVerdictNoClearWinner(t *testing.T) {
 		rep.Add(&Plan{Workload: WorkloadSpec{Seed: int64(i)}}, []Result{{Jobs: 1, Finished: 1, MakespanHours: m[0]}, {Jobs: 1, Finished: 1, MakespanHours: m[1]}})
 	}
 	rep.Finish()
-	want := "preferred+proxy finished the work first: makespan 5.50 h, 1.8% sooner than the default scheduler's"
-	if !strings.HasPrefix(rep.Verdict, want) || !strings.Contains(rep.Verdict, "default-scheduler's makespan (5.60 h) is within the runs' spread of it: no clear winner.") {
+	want := "No clear winner on makespan: preferred+proxy's (5.50 h) and default-scheduler's (5.60 h) are within the runs' spread of each other. " +
+		"preferred+proxy: makespan 5.50 h, 1.8% sooner than the default scheduler's"
+	if !strings.HasPrefix(rep.Verdict, want) || strings.Contains(rep.Verdict, "finished the work first") {
 		t.Errorf("verdict %q", rep.Verdict)
 	}
 }
