@@ -68,11 +68,9 @@ large is 64 nodes of those shapes and 1000 jobs.`,
 	return cmd
 }
 
-func (o *simulateOptions) specs() (sim.ClusterSpec, sim.WorkloadSpec, error) {
-	sc, ok := sim.Scenarios[o.scenario]
-	if !ok {
-		return sim.ClusterSpec{}, sim.WorkloadSpec{}, fmt.Errorf("--scenario %q: want %s", o.scenario, strings.Join(slices.Sorted(maps.Keys(sim.Scenarios)), " or "))
-	}
+// specs are the scenario's cluster and workload, each replaced by its file
+// when given.
+func (o *simulateOptions) specs(sc sim.Scenario) (sim.ClusterSpec, sim.WorkloadSpec, error) {
 	c, w := sc.Cluster, sc.Workload
 	if o.cluster != "" {
 		b, err := os.ReadFile(o.cluster)
@@ -119,7 +117,7 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 			return fmt.Errorf("--columns: %w", err)
 		}
 	}
-	c, w, err := o.specs()
+	c, w, err := o.specs(sc)
 	if err != nil {
 		return err
 	}

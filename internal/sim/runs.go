@@ -43,7 +43,7 @@ type figure struct {
 	Key, Label string
 	Get        func(rep *Report, run int, r, base *Result) float64
 	Format     string // for fmt, of the median and the range's ends
-	// Headline figures stand out in the report; Section starts a group.
+	// Section, when set, heads a group of rows starting with this one.
 	Section string
 }
 

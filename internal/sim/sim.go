@@ -59,22 +59,20 @@ var Columns = []Column{
 
 // ColumnsNamed picks columns by name, in Columns order.
 func ColumnsNamed(names []string) ([]Column, error) {
-	var out []Column
+	var known []string
+	var cols []Column
 	for _, c := range Columns {
+		known = append(known, c.Name)
 		if slices.Contains(names, c.Name) {
-			out = append(out, c)
+			cols = append(cols, c)
 		}
 	}
 	for _, n := range names {
-		if !slices.ContainsFunc(Columns, func(c Column) bool { return c.Name == n }) {
-			var known []string
-			for _, c := range Columns {
-				known = append(known, c.Name)
-			}
+		if !slices.Contains(known, n) {
 			return nil, fmt.Errorf("no column %q (known: %s)", n, strings.Join(known, ", "))
 		}
 	}
-	return out, nil
+	return cols, nil
 }
 
 // Plan is a simulation ready to run: the nodes resolved, the jobs laid out
@@ -364,8 +362,9 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 			pod.Annotations = map[string]string{annotations.Policy: col.Policy}
 		}
 		mu.Lock()
-		r.Lag = max(0, since()-r.At)
-		r.At = since() // the real moment, for the report's time axis
+		now := since()
+		r.Lag = max(0, now-r.At)
+		r.At = now // the real moment, for the report's time axis
 		submitted++
 		mu.Unlock()
 		// Each job lives on a goroutine of its own from its submission: the

@@ -138,7 +138,7 @@ func summarize(scheduler string, recs []*record, nodes []nodeInfo, end time.Dura
 	}
 	var bind, run, jct, lag []time.Duration
 	lastBind, lastEnd := time.Duration(0), time.Duration(0)
-	real := func(d time.Duration) time.Duration { return time.Duration(float64(d) / scale) }
+	replayed := func(d time.Duration) time.Duration { return time.Duration(float64(d) / scale) }
 	lost := time.Duration(0) // GPU-time
 	for _, r := range recs {
 		lag = append(lag, r.Lag)
@@ -161,10 +161,10 @@ func summarize(scheduler string, recs []*record, nodes []nodeInfo, end time.Dura
 			continue
 		}
 		res.Scheduled++
-		bind = append(bind, real(r.Bound-r.At))
+		bind = append(bind, replayed(r.Bound-r.At))
 		lastBind = max(lastBind, r.Bound)
 		if r.Running != never {
-			run = append(run, real(r.Running-r.At))
+			run = append(run, replayed(r.Running-r.At))
 		}
 		if r.Observed != nil && r.Observed.Plan != "none" {
 			res.Plans++
@@ -191,7 +191,7 @@ func summarize(scheduler string, recs []*record, nodes []nodeInfo, end time.Dura
 	}
 	first := firstSubmission(recs)
 	if lastBind > first {
-		res.PodsPerSecond = round2(float64(res.Scheduled) / real(lastBind-first).Seconds())
+		res.PodsPerSecond = round2(float64(res.Scheduled) / replayed(lastBind-first).Seconds())
 	}
 	if len(jct) > 0 {
 		sum := time.Duration(0)
