@@ -172,7 +172,8 @@ type record struct {
 	Got                   []int // GPU positions on the node, from the kubelet
 	// Worst is the worst level of the job's GPUs to the NICs it may use,
 	// and Runtime what the time model makes of Duration on them; both set
-	// when the job is Running.
+	// when the job is Running. Runtime starts as Duration, so a job whose
+	// assignment the kubelet no longer knows runs its aligned time, not 0.
 	Worst    topology.Level
 	Runtime  time.Duration
 	Observed *annotations.Observed
@@ -243,7 +244,7 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 	byName := map[string]*record{}
 	running := map[string]chan struct{}{}
 	for i, j := range p.jobs {
-		recs[i] = &record{job: j, Bound: never, Running: never, Ended: never}
+		recs[i] = &record{job: j, Bound: never, Running: never, Ended: never, Runtime: j.Duration}
 		byName[j.Name] = recs[i]
 		running[j.Name] = make(chan struct{})
 	}
