@@ -78,6 +78,7 @@ fuzz:
 	  ./pkg/topology:FuzzFromHostData \
 	  ./pkg/topology:FuzzNormalizeBusID \
 	  ./pkg/topology:FuzzCPUListFromMask \
+	  ./pkg/topology:FuzzACSFromConfig \
 	  ./pkg/topology/ncclxml:FuzzParse \
 	  ./pkg/topology/sysfs:FuzzReadAttributes \
 	  ./pkg/podresources:FuzzFromResponses \

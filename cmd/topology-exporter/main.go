@@ -182,7 +182,8 @@ func (o *options) run(ctx context.Context) error {
 		return err
 	}
 	defer src.Close()
-	disc := discovery.Host{SysfsRoot: o.sysfsRoot, NVMLMode: o.nvml}
+	// The container runs on the host's kernel, whatever root its /sys is mounted at.
+	disc := discovery.Host{SysfsRoot: o.sysfsRoot, NVMLMode: o.nvml, KernelRelease: discovery.RunningKernel()}
 	if o.noPublish {
 		exp := exporter.New(cfg, disc, src, nil, nil, nil)
 		obj, problems, _, err := exp.Build(ctx)

@@ -182,6 +182,17 @@ func Build(in Input) (*v1alpha2.NodeResourceTopology, []Problem) {
 		{Name: podfingerprint.AttributeMethod, Value: podfingerprint.MethodAll},
 		{Name: AttrSchema, Value: SchemaVersion},
 	}
+	if g := t.GPUDirect; g != nil {
+		dmaBuf, _ := g.DMABuf()
+		for _, a := range []v1alpha2.AttributeInfo{{Name: AttrPeerMem, Value: g.PeerMem}, {Name: AttrDMABuf, Value: dmaBuf}, {Name: AttrIOMMU, Value: g.IOMMU}} {
+			if a.Value != topology.Unknown {
+				obj.Attributes = append(obj.Attributes, a)
+			}
+		}
+		if why := g.HostBlock(); why != "" {
+			problems = append(problems, Problem{Device: "node", Reason: "GPUDirect RDMA cannot run: " + why + " (nicaffinity doctor node says how to fix it)"})
+		}
+	}
 	nodeZones, nodeProblems := numaZones(t, in.Snapshot)
 	obj.Zones = append(obj.Zones, nodeZones...)
 	problems = append(problems, nodeProblems...)
@@ -236,6 +247,19 @@ func Build(in Input) (*v1alpha2.NodeResourceTopology, []Problem) {
 			}
 			z.Costs = append(z.Costs, v1alpha2.CostInfo{Name: NICZoneName(n.Name), Value: CostOf(m.Cells[i][nicRow+j].Level)})
 		}
+		var acs []string
+		for j, n := range t.NICs {
+			if n.PhysFn != "" || !nicUp[j] || m.Cells[i][nicRow+j].Level > topology.LevelPXB {
+				continue
+			}
+			if redirect, _ := t.ACSOnPath(g.PCI, n.PCI); len(redirect) > 0 {
+				acs = append(acs, n.Name+"="+redirect[0])
+			}
+		}
+		if len(acs) > 0 {
+			z.Attributes = append(z.Attributes, v1alpha2.AttributeInfo{Name: AttrACSRedirect, Value: strings.Join(acs, ",")})
+			problems = append(problems, Problem{Device: fmt.Sprintf("GPU %d (%s)", g.Index, g.PCI.Address), Reason: "ACS redirects peer-to-peer traffic to its NICs: " + strings.Join(acs, ", ")})
+		}
 		for j, peer := range t.GPUs {
 			if j != i {
 				z.Costs = append(z.Costs, v1alpha2.CostInfo{Name: GPUZoneName(peer.Index), Value: CostOf(m.Cells[i][j].Level)})
@@ -262,6 +286,18 @@ func Build(in Input) (*v1alpha2.NodeResourceTopology, []Problem) {
 				v1alpha2.AttributeInfo{Name: AttrPort, Value: strconv.Itoa(p.Number)},
 				v1alpha2.AttributeInfo{Name: AttrLinkLayer, Value: p.LinkLayer},
 				v1alpha2.AttributeInfo{Name: AttrRate, Value: p.Rate})
+			if p.PhysState != "" {
+				z.Attributes = append(z.Attributes, v1alpha2.AttributeInfo{Name: AttrPhysState, Value: p.PhysState})
+			}
+			if p.MTU > 0 {
+				z.Attributes = append(z.Attributes, v1alpha2.AttributeInfo{Name: AttrMTU, Value: strconv.Itoa(p.MTU)})
+			}
+			if p.RoCEv2 != topology.Unknown {
+				z.Attributes = append(z.Attributes, v1alpha2.AttributeInfo{Name: AttrRoCEv2, Value: p.RoCEv2})
+			}
+			if why := topology.PortBlock(n.Name, p); why != "" && nicUp[j] {
+				problems = append(problems, Problem{Device: "RDMA device " + n.Name, Reason: "GPUDirect RDMA cannot use it: " + why})
+			}
 		}
 		for _, res := range slices.Sorted(maps.Keys(pfPools[j])) {
 			p := pfPools[j][res]

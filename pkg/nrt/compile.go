@@ -74,6 +74,9 @@ type Compiled struct {
 	SwitchOf     []int
 	Switches     []GPUSet
 	SwitchHasNIC []bool
+	// HostBlock is why GPUDirect RDMA cannot run on the node at all ("" when
+	// it can or that is unknown).
+	HostBlock string
 }
 
 // CompiledGPU is one GPU zone.
@@ -83,8 +86,16 @@ type CompiledGPU struct {
 	UUID  string
 	// Switch is the parent PCIeSwitch zone.
 	Switch string
-	// Level[n] is the level to NICs[n].
+	// Level[n] is the level to NICs[n] that decisions use: the published
+	// level, raised to PHB where GPUDirect RDMA cannot run on that path
+	// (then Blocked[n] says why). A path through which NCCL cannot use
+	// GPUDirect RDMA is no better than one through the host bridge.
 	Level []topology.Level
+	// Published[n] is the level the object gives.
+	Published []topology.Level
+	// Blocked[n] is why GPUDirect RDMA cannot run between this GPU and
+	// NICs[n], "" when it can; nil when no path of the GPU is blocked.
+	Blocked []string
 }
 
 // CompiledNIC is one NIC zone that is offered (state up).
@@ -94,6 +105,8 @@ type CompiledNIC struct {
 	Switch string
 	// VFs are the free VFs per SR-IOV resource.
 	VFs map[string]int64
+	// Block is why GPUDirect RDMA cannot use this NIC ("" when it can).
+	Block string
 }
 
 // LevelIndex maps PIX..SYS to 0..4; ok is false for others.
@@ -113,13 +126,17 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 		return nil, fmt.Errorf("no object")
 	}
 	c := &Compiled{Node: obj.Name, ResourceVersion: obj.ResourceVersion, Generation: obj.Generation}
-	schema := ""
+	schema, peerMem, dmaBuf := "", "", ""
 	for _, a := range obj.Attributes {
 		switch a.Name {
 		case AttrSchema:
 			schema = a.Value
 		case podfingerprint.Attribute:
 			c.Fingerprint = a.Value
+		case AttrPeerMem:
+			peerMem = a.Value
+		case AttrDMABuf:
+			dmaBuf = a.Value
 		case AttrHeartbeat:
 			t, err := time.Parse(time.RFC3339, a.Value)
 			if err != nil {
@@ -136,6 +153,7 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 	if schema != SchemaVersion {
 		return nil, fmt.Errorf("attribute %s is %q, want %q (not published by a nicaffinity exporter of this version)", AttrSchema, schema, SchemaVersion)
 	}
+	c.HostBlock = topology.HostBlockOf(peerMem, dmaBuf)
 	if len(obj.Zones) > MaxZones {
 		return nil, fmt.Errorf("%d zones: at most %d", len(obj.Zones), MaxZones)
 	}
@@ -171,6 +189,8 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 			return nil, fmt.Errorf("more than %d NIC zones", MaxNICs)
 		}
 		nic := CompiledNIC{Zone: z.Name, Name: strings.TrimPrefix(z.Name, PrefixNIC), Switch: z.Parent}
+		port, _ := strconv.Atoi(attrValue(z.Attributes, AttrPort))
+		nic.Block = topology.PortBlock(nic.Name, topology.Port{Number: port, LinkLayer: attrValue(z.Attributes, AttrLinkLayer), RoCEv2: attrValue(z.Attributes, AttrRoCEv2)})
 		for _, r := range z.Resources {
 			avail, err := count(z.Name, r)
 			if err != nil {
@@ -219,6 +239,28 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 		}
 		if seen == 0 && len(c.NICs) > 0 {
 			return nil, fmt.Errorf("GPU zone %s has no costs to the node's NICs", z.Name)
+		}
+		acs, err := parseACSRedirect(z.Name, attrValue(z.Attributes, AttrACSRedirect), nicIndex)
+		if err != nil {
+			return nil, err
+		}
+		g.Published = slices.Clone(g.Level)
+		for n := range g.Level {
+			why := c.HostBlock
+			if why == "" {
+				why = c.NICs[n].Block
+			}
+			if why == "" && acs[n] != "" {
+				why = "ACS redirect on " + acs[n]
+			}
+			if why == "" {
+				continue
+			}
+			if g.Blocked == nil {
+				g.Blocked = make([]string, len(c.NICs))
+			}
+			g.Blocked[n] = why
+			g.Level[n] = max(g.Level[n], topology.LevelPHB)
 		}
 		free, offered := int64(0), int64(0)
 		found := false
@@ -303,6 +345,38 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 		}
 	}
 	return c, nil
+}
+
+// parseACSRedirect reads a GPU zone's acsRedirect attribute into the
+// bridge per NIC position ("" for NICs it does not name). Entries naming a
+// NIC that is not offered are ignored; malformed ones are errors.
+func parseACSRedirect(zone, value string, nicIndex map[string]int) (map[int]string, error) {
+	if value == "" {
+		return nil, nil
+	}
+	entries := strings.Split(value, ",")
+	if len(entries) > MaxNICs {
+		return nil, fmt.Errorf("GPU zone %s: attribute %s has %d entries, at most %d", zone, AttrACSRedirect, len(entries), MaxNICs)
+	}
+	out := make(map[int]string, len(entries))
+	for _, e := range entries {
+		nic, bridge, ok := strings.Cut(e, "=")
+		addr, err := topology.NormalizeBusID(bridge)
+		if !ok || nic == "" || err != nil {
+			return nil, fmt.Errorf("GPU zone %s: attribute %s entry %q is not <rdma device>=<bridge PCI address>", zone, AttrACSRedirect, truncate(e, 64))
+		}
+		if n, ok := nicIndex[PrefixNIC+nic]; ok {
+			out[n] = addr
+		}
+	}
+	return out, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 func count(zone string, r v1alpha2.ResourceInfo) (int64, error) {

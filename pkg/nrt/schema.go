@@ -44,6 +44,22 @@ const (
 	AttrPort                  = "port"
 	AttrRate                  = "rate"
 	AttrState                 = "state"
+	// GPUDirect readiness (docs/nrt-schema.md, "GPUDirect readiness"), each
+	// published only when known: an absent attribute reads as unknown.
+	// On the object: nvidia-peermem "loaded"/"absent", dma-buf "yes"/"no",
+	// IOMMU "off"/"passthrough"/"translated".
+	AttrPeerMem = "nicaffinity.io/peermem"
+	AttrDMABuf  = "nicaffinity.io/dmabuf"
+	AttrIOMMU   = "nicaffinity.io/iommu"
+	// On NIC zones: the first port's physical state, its netdev's MTU, and
+	// for Ethernet whether it has a RoCE v2 GID ("yes"/"no").
+	AttrPhysState = "physState"
+	AttrMTU       = "mtu"
+	AttrRoCEv2    = "rocev2GID"
+	// AttrACSRedirect on GPU zones lists the NICs at PXB or closer whose
+	// path from the GPU crosses a bridge with ACS P2P redirect on, each with
+	// the first such bridge: "mlx5_0=0000:14:00.0,mlx5_1=0000:14:00.0".
+	AttrACSRedirect = "acsRedirect"
 	// AttrHealth on GPU zones: "ok", or "missing" when the device plugin does
 	// not offer the GPU (fallen off the bus, Xid, unhealthy).
 	AttrHealth = "health"

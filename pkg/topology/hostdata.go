@@ -23,6 +23,8 @@ type HostData struct {
 	NVML *NVMLData
 	// Notes are passed through to the Topology.
 	Notes []string
+	// GPUDirect are the host facts GPUDirect RDMA depends on (nil: none read).
+	GPUDirect *GPUDirect
 }
 
 // PCIRecord is one PCI function as sysfs shows it.
@@ -41,6 +43,8 @@ type PCIRecord struct {
 	PhysFn   string
 	TotalVFs int
 	VFs      []string
+	// ACS of a bridge (ACSRedirect, ACSOff, "" unknown).
+	ACS string
 }
 
 // RDMARecord is one RDMA device.
@@ -49,6 +53,8 @@ type RDMARecord struct {
 	PCIAddress string
 	Ports      []Port
 	Netdevs    []string
+	// UVerbs is the verbs device ("uverbs0"), No, or "" unknown.
+	UVerbs string
 }
 
 // NVMLData is what NVML says about the GPUs.
@@ -89,7 +95,7 @@ func IsNVIDIAGPU(vendor uint16, class uint32) bool {
 // the PCI functions that are NVIDIA display or 3D controllers, numbered in PCI
 // address order as NVML does.
 func FromHostData(h HostData) (*Topology, error) {
-	t := &Topology{Source: "sysfs", NUMANodes: append([]NUMANode(nil), h.NUMANodes...), Notes: append([]string(nil), h.Notes...)}
+	t := &Topology{Source: "sysfs", GPUDirect: h.GPUDirect, NUMANodes: append([]NUMANode(nil), h.NUMANodes...), Notes: append([]string(nil), h.Notes...)}
 	byAddr := make(map[string]*PCIRecord, len(h.PCI))
 	funcs := make(map[string]PCIFunction, len(h.PCI))
 	rcs := map[string]*RootComplex{}
@@ -133,7 +139,7 @@ func FromHostData(h HostData) (*Topology, error) {
 				return nil, fmt.Errorf("PCI device %s: bridge %s on its path is not a PCI device of this host", addr, b)
 			}
 			bridgeSeen[b] = true
-			t.Bridges = append(t.Bridges, Bridge{Address: b, Vendor: br.Vendor, Device: br.Device})
+			t.Bridges = append(t.Bridges, Bridge{Address: b, Vendor: br.Vendor, Device: br.Device, ACS: br.ACS})
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(rcs)) {
@@ -156,7 +162,7 @@ func FromHostData(h HostData) (*Topology, error) {
 		r := byAddr[addr]
 		t.NICs = append(t.NICs, NIC{
 			Name: rd.Name, PCI: f, Ports: rd.Ports, Netdevs: rd.Netdevs,
-			PhysFn: r.PhysFn, TotalVFs: r.TotalVFs, VFs: r.VFs,
+			PhysFn: r.PhysFn, TotalVFs: r.TotalVFs, VFs: r.VFs, UVerbs: rd.UVerbs,
 		})
 	}
 	t.Sort()

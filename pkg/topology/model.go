@@ -8,6 +8,8 @@ package topology
 
 import (
 	"fmt"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -27,6 +29,9 @@ type Topology struct {
 	GPUs          []GPU         `json:"gpus"`
 	NICs          []NIC         `json:"nics"`
 	NVLinks       []NVLink      `json:"nvlinks,omitempty"`
+	// GPUDirect are the host facts GPUDirect RDMA depends on; nil when the
+	// source carries none (NCCL XML, profiles), which reads as all unknown.
+	GPUDirect *GPUDirect `json:"gpudirect,omitempty"`
 }
 
 // NUMANode is one NUMA node of the host.
@@ -69,6 +74,9 @@ type Bridge struct {
 	// Synthetic bridges stand for ports that the data source leaves out
 	// (NCCL XML names switches, not their ports).
 	Synthetic bool `json:"synthetic,omitempty"`
+	// ACS is ACSRedirect when the port redirects peer-to-peer requests to
+	// the root complex, ACSOff when it does not, "" when unknown.
+	ACS string `json:"acs,omitempty"`
 }
 
 // PCIFunction is a PCI endpoint function and where it hangs in the tree.
@@ -109,6 +117,10 @@ type NIC struct {
 	// TotalVFs is what the PF supports (sriov_totalvfs); VFs the addresses of the enabled ones.
 	TotalVFs int      `json:"totalVFs,omitempty"`
 	VFs      []string `json:"vfs,omitempty"`
+	// UVerbs is the user-space verbs device of the NIC ("uverbs0", what
+	// /dev/infiniband/uverbs0 opens); No when the host has none for it, ""
+	// when unknown.
+	UVerbs string `json:"uverbs,omitempty"`
 }
 
 // Port is one port of an RDMA device.
@@ -119,6 +131,14 @@ type Port struct {
 	// State as the kernel words it without the number ("ACTIVE", "DOWN").
 	State string `json:"state,omitempty"`
 	Rate  string `json:"rate,omitempty"`
+	// PhysState is the physical link state without the number ("LinkUp",
+	// "Polling", "Disabled").
+	PhysState string `json:"physState,omitempty"`
+	// MTU is the MTU of the port's netdev (0: unknown).
+	MTU int `json:"mtu,omitempty"`
+	// RoCEv2 is Yes when an Ethernet port has a RoCE v2 GID, No when it has
+	// none, "" when unknown or not Ethernet.
+	RoCEv2 string `json:"rocev2,omitempty"`
 }
 
 // NVLink is a bonded set of NVLinks between two GPUs, by GPU index.
@@ -158,6 +178,12 @@ func (t *Topology) Validate() error {
 	bridges := make(map[string]bool, len(t.Bridges))
 	for _, b := range t.Bridges {
 		bridges[b.Address] = true
+		if !oneOf(b.ACS, ACSRedirect, ACSOff) {
+			return fmt.Errorf("bridge %s: ACS %q, want %q, %q or empty (unknown)", b.Address, b.ACS, ACSRedirect, ACSOff)
+		}
+	}
+	if err := t.GPUDirect.validate(); err != nil {
+		return err
 	}
 	// A function holds one GPU, or one or more RDMA devices (NCCL XML lists
 	// the ports of one function as separate devices).
@@ -211,6 +237,14 @@ func (t *Topology) Validate() error {
 		if err := check("RDMA device "+n.Name, n.PCI); err != nil {
 			return err
 		}
+		if n.UVerbs != Unknown && n.UVerbs != No && !uverbsRE.MatchString(n.UVerbs) {
+			return fmt.Errorf("RDMA device %s: verbs device %q is not uverbs<N>", n.Name, n.UVerbs)
+		}
+		for _, p := range n.Ports {
+			if p.MTU < 0 || !oneOf(p.RoCEv2, Yes, No) {
+				return fmt.Errorf("RDMA device %s port %d: MTU %d or RoCE v2 %q out of range", n.Name, p.Number, p.MTU, p.RoCEv2)
+			}
+		}
 	}
 	for _, l := range t.NVLinks {
 		if !indices[l.GPU] || !indices[l.Peer] {
@@ -219,6 +253,36 @@ func (t *Topology) Validate() error {
 		if l.Count <= 0 {
 			return fmt.Errorf("NVLink between GPU %d and GPU %d has %d links", l.GPU, l.Peer, l.Count)
 		}
+	}
+	return nil
+}
+
+var uverbsRE = regexp.MustCompile(`^uverbs[0-9]{1,4}$`)
+
+// oneOf reports whether v is empty (unknown) or one of the values.
+func oneOf(v string, values ...string) bool {
+	return v == Unknown || slices.Contains(values, v)
+}
+
+func (g *GPUDirect) validate() error {
+	if g == nil {
+		return nil
+	}
+	for _, f := range []struct {
+		name, v string
+		ok      []string
+	}{
+		{"peerMem", g.PeerMem, []string{PeerMemLoaded, PeerMemAbsent}},
+		{"nvidiaModule", g.NVIDIAModule, []string{ModuleOpen, ModuleProp, ModuleAbsent}},
+		{"iommu", g.IOMMU, []string{IOMMUOff, IOMMUPassthru, IOMMUXlate}},
+		{"uverbs", g.UVerbs, []string{Yes}},
+	} {
+		if !oneOf(f.v, f.ok...) {
+			return fmt.Errorf("gpudirect %s %q: want one of %s or empty (unknown)", f.name, f.v, strings.Join(f.ok, ", "))
+		}
+	}
+	if len(g.KernelRelease) > 256 {
+		return fmt.Errorf("gpudirect kernelRelease longer than 256 bytes")
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package nicaffinity
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -58,13 +60,40 @@ func (pl *NICAffinity) rejection(v *nodeView, req *request, li int) *fwk.Status 
 	if !empty.feasible(req, li) && len(req.vfs) == 0 {
 		code = fwk.UnschedulableAndUnresolvable
 	}
+	cause := blockedCause(v, level)
 	switch {
 	// The scheduler prints "<node count> <reason>": reasons start with a word.
 	case len(req.vfs) > 0 && near >= req.gpus:
-		return fwk.NewStatus(code, fmt.Sprintf("no free VF of %s on a NIC at %s or closer to %d free GPUs", req.vfs[0].resource, level, req.gpus))
+		return fwk.NewStatus(code, fmt.Sprintf("no free VF of %s on a NIC at %s or closer to %d free GPUs%s", req.vfs[0].resource, level, req.gpus, cause))
 	case near == 0:
-		return fwk.NewStatus(code, fmt.Sprintf("none of the %d free GPUs has a NIC at %s or closer", free, level))
+		return fwk.NewStatus(code, fmt.Sprintf("none of the %d free GPUs has a NIC at %s or closer%s", free, level, cause))
 	default:
-		return fwk.NewStatus(code, fmt.Sprintf("only %d of the %d free GPUs have a NIC at %s or closer; the pod needs %d", near, free, level, req.gpus))
+		return fwk.NewStatus(code, fmt.Sprintf("only %d of the %d free GPUs have a NIC at %s or closer; the pod needs %d%s", near, free, level, req.gpus, cause))
 	}
+}
+
+// blockedCause names why GPUDirect RDMA cannot run on paths of free GPUs
+// whose published level would have been close enough: "; GPUDirect RDMA
+// impossible on closer paths: ACS redirect on 0000:14:00.0". Empty when no
+// such path exists. Only rejections call it.
+func blockedCause(v *nodeView, level topology.Level) string {
+	var reasons []string
+	for g := range v.c.GPUs {
+		gpu := &v.c.GPUs[g]
+		if v.free&(1<<g) == 0 || gpu.Blocked == nil {
+			continue
+		}
+		for n, why := range gpu.Blocked {
+			if why != "" && gpu.Published[n] <= level && !slices.Contains(reasons, why) {
+				reasons = append(reasons, why)
+			}
+		}
+	}
+	switch {
+	case len(reasons) == 0:
+		return ""
+	case len(reasons) > 2:
+		reasons = append(reasons[:2], fmt.Sprintf("%d more", len(reasons)-2))
+	}
+	return "; GPUDirect RDMA impossible on closer paths: " + strings.Join(reasons, ", ")
 }

@@ -5,6 +5,9 @@ package discovery
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/nvmlgpu"
@@ -28,6 +31,20 @@ type Host struct {
 	SysfsRoot string
 	NVMLMode  string
 	NVML      NVMLReader
+	// KernelRelease is the kernel's release (dma-buf support depends on
+	// it); empty reads the running kernel's when SysfsRoot is the host's
+	// /sys, and leaves it unknown for another tree.
+	KernelRelease string
+}
+
+// RunningKernel is the release of the kernel this process runs on (the
+// host's, in a container too); "" when it cannot be read.
+func RunningKernel() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil || len(b) > 256 {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // ValidateNVMLMode checks a mode string.
@@ -45,7 +62,14 @@ func (h Host) Discover() (*topology.Topology, error) {
 	if err := ValidateNVMLMode(h.NVMLMode); err != nil {
 		return nil, err
 	}
-	data, err := sysfs.New(sysfs.WithRoot(h.SysfsRoot)).Read()
+	root, kernel := h.SysfsRoot, h.KernelRelease
+	if root == "" {
+		root = "/sys"
+	}
+	if kernel == "" && filepath.Clean(root) == "/sys" {
+		kernel = RunningKernel()
+	}
+	data, err := sysfs.New(sysfs.WithRoot(root), sysfs.WithKernelRelease(kernel)).Read()
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,8 @@ import (
 
 // Reader reads one sysfs tree.
 type Reader struct {
-	root string
+	root   string
+	kernel string
 }
 
 // Option configures a Reader.
@@ -29,6 +30,11 @@ type Option func(*Reader)
 
 // WithRoot reads dir as if it were /sys.
 func WithRoot(dir string) Option { return func(r *Reader) { r.root = dir } }
+
+// WithKernelRelease gives the running kernel's release (uname -r), which
+// sysfs does not hold: dma-buf support depends on it. Without it the fact
+// stays unknown.
+func WithKernelRelease(release string) Option { return func(r *Reader) { r.kernel = release } }
 
 // New returns a Reader of /sys unless WithRoot says otherwise.
 func New(opts ...Option) *Reader {
@@ -54,6 +60,9 @@ func (r *Reader) Read() (topology.HostData, error) {
 		return h, err
 	}
 	if h.NUMANodes, err = readNUMA(root); err != nil {
+		return h, err
+	}
+	if h.GPUDirect, err = readGPUDirect(root, r.kernel, h); err != nil {
 		return h, err
 	}
 	return h, nil
@@ -143,7 +152,31 @@ func readFunction(root, link string) (topology.PCIRecord, error) {
 		}
 		rec.VFs = append(rec.VFs, a)
 	}
+	if rec.Class&0xffff00 == 0x060400 {
+		if rec.ACS, err = readACS(real); err != nil {
+			return rec, err
+		}
+	}
 	return rec, nil
+}
+
+// readACS reads a bridge's ACS state from its config space. Reading past
+// the first 64 bytes needs CAP_SYS_ADMIN; without it the state is unknown,
+// not an error.
+func readACS(dir string) (string, error) {
+	path := filepath.Join(dir, "config")
+	b, err := readBinary(path, 4096)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+		return topology.Unknown, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	acs, err := topology.ACSFromConfig(b)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return acs, nil
 }
 
 func vfIndex(path string) int {
@@ -195,6 +228,31 @@ func readAttribute(path string) ([]byte, error) {
 	}
 	if len(b) > maxAttribute {
 		return nil, fmt.Errorf("%s: longer than %d bytes", path, maxAttribute)
+	}
+	return b, nil
+}
+
+// readBinary reads a binary attribute (a config space) as readAttribute
+// does text: a regular file, without blocking, at most limit bytes.
+func readBinary(path string, limit int) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file (%s)", st.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > limit {
+		return nil, fmt.Errorf("longer than %d bytes", limit)
 	}
 	return b, nil
 }
@@ -278,9 +336,16 @@ func readRDMADevice(dir string) (topology.RDMARecord, error) {
 			}
 			*dst = s
 		}
-		// state reads "4: ACTIVE": keep the word.
-		if _, word, ok := strings.Cut(port.State, ":"); ok {
-			port.State = strings.TrimSpace(word)
+		port.PhysState, _, err = readOptional(pdir, "phys_state")
+		if err != nil {
+			return rec, err
+		}
+		// state reads "4: ACTIVE", phys_state "5: LinkUp": keep the word.
+		port.State, port.PhysState = stateWord(port.State), stateWord(port.PhysState)
+		if port.LinkLayer == "Ethernet" {
+			if port.RoCEv2, err = readRoCEv2(pdir); err != nil {
+				return rec, err
+			}
 		}
 		rec.Ports = append(rec.Ports, port)
 	}
@@ -291,8 +356,84 @@ func readRDMADevice(dir string) (topology.RDMARecord, error) {
 	}
 	for _, n := range nets {
 		rec.Netdevs = append(rec.Netdevs, n.Name())
+		if err := portMTU(filepath.Join(devReal, "net", n.Name()), len(nets), rec.Ports); err != nil {
+			return rec, err
+		}
 	}
 	return rec, nil
+}
+
+func stateWord(s string) string {
+	if _, word, ok := strings.Cut(s, ":"); ok {
+		return strings.TrimSpace(word)
+	}
+	return s
+}
+
+// maxGIDs bounds the GID table read per port (the kernel's RoCE tables hold
+// up to 255 entries; IB ports 128).
+const maxGIDs = 256
+
+// readRoCEv2 says whether an Ethernet port has a RoCE v2 GID: a nonzero
+// entry of gids/ whose gid_attrs/types entry reads "RoCE v2". The kernel
+// refuses to read the type of an empty entry (EINVAL), so those are
+// skipped; no readable table at all is unknown.
+func readRoCEv2(port string) (string, error) {
+	entries, err := os.ReadDir(filepath.Join(port, "gid_attrs", "types"))
+	if err != nil {
+		return topology.Unknown, nil
+	}
+	if len(entries) > maxGIDs {
+		return "", fmt.Errorf("%s: %d GID entries, at most %d", filepath.Join(port, "gid_attrs", "types"), len(entries), maxGIDs)
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		gid, ok, err := readOptional(filepath.Join(port, "gids"), e.Name())
+		if err != nil || !ok || strings.Trim(gid, "0:") == "" {
+			continue
+		}
+		typ, ok, err := readOptional(filepath.Join(port, "gid_attrs", "types"), e.Name())
+		if err != nil || !ok {
+			continue
+		}
+		if strings.EqualFold(typ, "RoCE v2") {
+			return topology.Yes, nil
+		}
+	}
+	return topology.No, nil
+}
+
+// portMTU gives the MTU of a netdev to its port: the one dev_port names
+// (0-based), or port 1 when the device has one netdev and no dev_port.
+func portMTU(netdev string, netdevs int, ports []topology.Port) error {
+	mtuText, ok, err := readOptional(netdev, "mtu")
+	if err != nil || !ok {
+		return err
+	}
+	mtu, err := strconv.Atoi(mtuText)
+	if err != nil || mtu <= 0 || mtu > 1<<20 {
+		return fmt.Errorf("%s: %q is not an MTU", filepath.Join(netdev, "mtu"), mtuText)
+	}
+	number := 1
+	if s, ok, err := readOptional(netdev, "dev_port"); err != nil {
+		return err
+	} else if ok {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%s: %q is not a port index", filepath.Join(netdev, "dev_port"), s)
+		}
+		number = n + 1
+	} else if netdevs > 1 {
+		return nil // several netdevs and no way to tell their ports apart
+	}
+	for i := range ports {
+		if ports[i].Number == number {
+			ports[i].MTU = mtu
+		}
+	}
+	return nil
 }
 
 func readNUMA(root string) ([]topology.NUMANode, error) {

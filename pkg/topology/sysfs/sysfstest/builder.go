@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
@@ -193,4 +195,188 @@ func Discover(dir string, build func(*Tree)) (*topology.Topology, error) {
 		return nil, err
 	}
 	return sysfs.New(sysfs.WithRoot(dir)).Discover()
+}
+
+// WriteBytes writes a binary file below the root (a config space).
+func (t *Tree) WriteBytes(rel string, content []byte) {
+	p := filepath.Join(t.Root, rel)
+	t.fail(os.MkdirAll(filepath.Dir(p), 0o755))
+	t.fail(os.WriteFile(p, content, 0o644))
+}
+
+// Module marks a kernel module loaded (/sys/module/<name>), with its taint
+// letters when taint is not empty ("POE" for the proprietary nvidia module,
+// "OE" for the open one).
+func (t *Tree) Module(name, taint string) {
+	t.fail(os.MkdirAll(filepath.Join(t.Root, "module", name), 0o755))
+	if taint != "" {
+		t.WriteFile("module/"+name+"/taint", taint)
+	}
+}
+
+// RemoveModule unloads a module from the tree.
+func (t *Tree) RemoveModule(name string) {
+	t.fail(os.RemoveAll(filepath.Join(t.Root, "module", name)))
+}
+
+// IOMMU registers IOMMU units (dmar0, ...); none leaves /sys/class/iommu
+// empty, which reads as IOMMU off. domain is the type every GPU's group
+// gets ("identity", "DMA-FQ"); empty writes none.
+func (t *Tree) IOMMU(domain string, units ...string) {
+	t.fail(os.MkdirAll(filepath.Join(t.Root, "class", "iommu"), 0o755))
+	for _, u := range units {
+		t.fail(os.MkdirAll(filepath.Join(t.Root, "class", "iommu", u), 0o755))
+	}
+	if domain == "" {
+		return
+	}
+	for _, dev := range t.functions() {
+		if dev.vendor == VendorNVIDIA && dev.class&0xffff00 == 0x030200 {
+			t.WriteFile(dev.path+"/iommu_group/type", domain)
+		}
+	}
+}
+
+// ACS writes a config space with an ACS capability whose control register
+// is ctrl on the bridge at address (0000:12:00.0).
+func (t *Tree) ACS(address string, ctrl uint16) {
+	for _, dev := range t.functions() {
+		if filepath.Base(dev.path) == address {
+			t.WriteBytes(dev.path+"/config", topology.ACSConfig(ctrl))
+			return
+		}
+	}
+	t.fail(fmt.Errorf("ACS: no PCI device %s in the tree", address))
+}
+
+// ACSAll writes ctrl as the ACS control of every bridge.
+func (t *Tree) ACSAll(ctrl uint16) {
+	for _, dev := range t.functions() {
+		if dev.class == ClassBridge {
+			t.WriteBytes(dev.path+"/config", topology.ACSConfig(ctrl))
+		}
+	}
+}
+
+// BridgeAbove is the address of the bridge right above the PCI device at
+// address: the downstream port a GPU or NIC hangs from.
+func (t *Tree) BridgeAbove(address string) string {
+	for _, dev := range t.functions() {
+		if filepath.Base(dev.path) == address {
+			return filepath.Base(filepath.Dir(dev.path))
+		}
+	}
+	t.fail(fmt.Errorf("BridgeAbove: no PCI device %s in the tree", address))
+	return ""
+}
+
+// GPUAddresses are the NVIDIA GPUs of the tree in PCI order (GPU index order
+// without NVML).
+func (t *Tree) GPUAddresses() []string {
+	var out []string
+	for _, dev := range t.functions() {
+		if dev.vendor == VendorNVIDIA && dev.class&0xffff00 == 0x030200 {
+			out = append(out, filepath.Base(dev.path))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+type function struct {
+	path   string // below the root, "devices/pci0000:10/..."
+	vendor uint16
+	class  uint32
+}
+
+// functions lists the tree's PCI functions through /sys/bus/pci/devices.
+func (t *Tree) functions() []function {
+	links, err := filepath.Glob(filepath.Join(t.Root, "bus", "pci", "devices", "*"))
+	t.fail(err)
+	var out []function
+	for _, l := range links {
+		real, err := filepath.EvalSymlinks(l)
+		if err != nil {
+			t.fail(err)
+			continue
+		}
+		root, _ := filepath.EvalSymlinks(t.Root)
+		rel, _ := filepath.Rel(root, real)
+		var f function
+		f.path = filepath.ToSlash(rel)
+		var v, c uint64
+		if b, err := os.ReadFile(filepath.Join(real, "vendor")); err == nil {
+			v, _ = strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(string(b)), "0x"), 16, 16)
+		}
+		if b, err := os.ReadFile(filepath.Join(real, "class")); err == nil {
+			c, _ = strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(string(b)), "0x"), 16, 32)
+		}
+		f.vendor, f.class = uint16(v), uint32(c)
+		out = append(out, f)
+	}
+	return out
+}
+
+// Verbs registers the verbs device of an RDMA device
+// (/sys/class/infiniband_verbs/<uverbs>/ibdev).
+func (t *Tree) Verbs(rdma, uverbs string) {
+	t.WriteFile("class/infiniband_verbs/"+uverbs+"/ibdev", rdma)
+}
+
+// GID writes entry index of an RDMA port's GID table: the GID and its type
+// ("RoCE v2", "IB/RoCE v1").
+func (t *Tree) GID(rdma string, port, index int, gid, typ string) {
+	dir := fmt.Sprintf("class/infiniband/%s/ports/%d", rdma, port)
+	t.WriteFile(fmt.Sprintf("%s/gids/%d", dir, index), gid)
+	t.WriteFile(fmt.Sprintf("%s/gid_attrs/types/%d", dir, index), typ)
+}
+
+// SetPort rewrites one attribute of an RDMA port (state "1: DOWN",
+// phys_state "3: Disabled", link_layer "Ethernet").
+func (t *Tree) SetPort(rdma string, port int, attr, value string) {
+	t.WriteFile(fmt.Sprintf("class/infiniband/%s/ports/%d/%s", rdma, port, attr), value)
+}
+
+// RDMANames lists the tree's RDMA devices.
+func (t *Tree) RDMANames() []string {
+	entries, err := os.ReadDir(filepath.Join(t.Root, "class", "infiniband"))
+	t.fail(err)
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// GPUDirectReady makes a built machine's tree one where GPUDirect RDMA can
+// run: the open nvidia module and nvidia-peermem loaded, ib_uverbs with a
+// verbs device per RDMA device, IOMMU off, no ACS redirect, every port's
+// physical link up with an MTU, and a RoCE v2 GID on every Ethernet port.
+func (t *Tree) GPUDirectReady() {
+	t.Module("nvidia", "OE")
+	t.Module("nvidia_peermem", "OE")
+	t.Module("ib_uverbs", "")
+	t.Module("mlx5_core", "")
+	t.IOMMU("")
+	t.ACSAll(0)
+	for i, name := range t.RDMANames() {
+		t.Verbs(name, fmt.Sprintf("uverbs%d", i))
+		ports, err := filepath.Glob(filepath.Join(t.Root, "class", "infiniband", name, "ports", "*"))
+		t.fail(err)
+		for _, p := range ports {
+			n, _ := strconv.Atoi(filepath.Base(p))
+			t.SetPort(name, n, "phys_state", "5: LinkUp")
+			ll, _ := os.ReadFile(filepath.Join(p, "link_layer"))
+			mtu := "4092"
+			if strings.TrimSpace(string(ll)) == "Ethernet" {
+				mtu = "9000"
+				t.GID(name, n, 0, "fe80:0000:0000:0000:0ac0:ebff:fe00:0001", "IB/RoCE v1")
+				t.GID(name, n, 1, "fe80:0000:0000:0000:0ac0:ebff:fe00:0001", "RoCE v2")
+			}
+			nets, _ := filepath.Glob(filepath.Join(t.Root, "class", "infiniband", name, "device", "net", "*"))
+			for _, nd := range nets {
+				t.fail(os.WriteFile(filepath.Join(nd, "mtu"), []byte(mtu+"\n"), 0o644))
+			}
+		}
+	}
 }
