@@ -54,6 +54,10 @@ type Observed struct {
 	// Level is the worst of the GPUs' levels to their nearest NIC ("" without RDMA).
 	Level   string `json:"level,omitempty"`
 	Aligned bool   `json:"aligned"`
+	// GPUDirect lists why GPUDirect RDMA cannot run on the pod's GPU-NIC
+	// paths (ACS redirect, nvidia-peermem, a RoCE port without a v2 GID);
+	// a pod with any is not aligned, whatever its level.
+	GPUDirect []string `json:"gpudirect,omitempty"`
 	// Plan says how the node's choice compares with the scheduler's Allocation:
 	// "matched", "differs" or "none" (no plan on the pod).
 	Plan string `json:"plan"`

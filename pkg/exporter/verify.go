@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -105,31 +106,47 @@ func (v *Verifier) Verify(p PodView) (Verdict, bool) {
 			out.Problems = append(out.Problems, err.Error())
 		}
 	}
-	worst := topology.LevelX
+	worst, worstUsable := topology.LevelX, topology.LevelX
 	seenNIC := map[int]bool{}
+	// usable is the level that counts for alignment: a path on which
+	// GPUDirect RDMA cannot run is no better than PHB.
+	usable := func(g, n int) (topology.Level, []string) {
+		l := v.matrix.Cells[g][len(v.Topology.GPUs)+n].Level
+		blocks := v.Topology.PathBlocks(g, n)
+		if len(blocks) > 0 {
+			l = max(l, topology.LevelPHB)
+		}
+		return l, blocks
+	}
 	for _, g := range gpus {
 		gpu := v.Topology.GPUs[g]
 		og := annotations.ObservedGPU{BusID: gpu.PCI.Address, UUID: gpu.UUID}
 		if wantsRDMA {
-			best, bestLevel := -1, topology.LevelSYS+1
+			best, bestUsable := -1, topology.LevelSYS+1
 			for n := range v.Topology.NICs {
 				if !candidates[n] {
 					continue
 				}
-				l := v.matrix.Cells[g][len(v.Topology.GPUs)+n].Level
-				if l < bestLevel || l == bestLevel && n < best {
-					best, bestLevel = n, l
+				if l, _ := usable(g, n); l < bestUsable || l == bestUsable && n < best {
+					best, bestUsable = n, l
 				}
 			}
 			if best >= 0 {
-				og.NIC, og.Level = v.Topology.NICs[best].Name, bestLevel.String()
+				level := v.matrix.Cells[g][len(v.Topology.GPUs)+best].Level
+				og.NIC, og.Level = v.Topology.NICs[best].Name, level.String()
 				if !seenNIC[best] {
 					seenNIC[best] = true
 					out.Observed.NICs = append(out.Observed.NICs, og.NIC)
 				}
-				worst = max(worst, bestLevel)
+				_, blocks := usable(g, best)
+				for _, b := range blocks {
+					if !slices.Contains(out.Observed.GPUDirect, b) {
+						out.Observed.GPUDirect = append(out.Observed.GPUDirect, b)
+					}
+				}
+				worst, worstUsable = max(worst, level), max(worstUsable, bestUsable)
 			} else {
-				worst = topology.LevelSYS + 1 // no NIC at all
+				worst, worstUsable = topology.LevelSYS+1, topology.LevelSYS+1 // no NIC at all
 			}
 		}
 		out.Observed.GPUs = append(out.Observed.GPUs, og)
@@ -141,7 +158,7 @@ func (v *Verifier) Verify(p PodView) (Verdict, bool) {
 		out.Observed.Level = "none"
 	default:
 		out.Observed.Level = worst.String()
-		out.Observed.Aligned = worst <= maxLevel
+		out.Observed.Aligned = worstUsable <= maxLevel
 	}
 	out.Observed.Plan = v.comparePlan(p, out.Observed)
 	return out, true
@@ -180,7 +197,12 @@ func (vd Verdict) Message() string {
 		}
 	}
 	verdict := "GPUDirect RDMA-capable"
-	if !vd.Observed.Aligned {
+	switch {
+	case len(vd.Observed.GPUDirect) > 0 && vd.Observed.Aligned:
+		verdict = "within the pod's max level, but GPUDirect RDMA impossible (" + strings.Join(vd.Observed.GPUDirect, "; ") + ")"
+	case len(vd.Observed.GPUDirect) > 0:
+		verdict = "not aligned: GPUDirect RDMA impossible (" + strings.Join(vd.Observed.GPUDirect, "; ") + "), NCCL will stage RDMA through host memory"
+	case !vd.Observed.Aligned:
 		verdict = "not aligned: NCCL will stage RDMA through host memory"
 	}
 	plan := map[string]string{"matched": "; the node followed the scheduler's plan", "differs": "; the node did not follow the scheduler's plan", "none": ""}[vd.Observed.Plan]
