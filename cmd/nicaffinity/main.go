@@ -25,6 +25,6 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newTopoCommand())
+	root.AddCommand(newTopoCommand(), newDoctorCommand())
 	return root
 }

@@ -1,0 +1,209 @@
+package doctor
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+)
+
+// Pod layers.
+const (
+	LayerPlacement   = "placement"
+	LayerDevices     = "devices"
+	LayerNetwork     = "network"
+	LayerPermissions = "permissions"
+)
+
+// MultusNetworks is the annotation that attaches secondary networks
+// (MacVLAN, SR-IOV) to a pod.
+const MultusNetworks = "k8s.v1.cni.cncf.io/networks"
+
+// PodState is what the pod checks read.
+type PodState struct {
+	Pod *corev1.Pod
+	// NRT is the object of the pod's node (nil: none or not scheduled).
+	NRT *v1alpha2.NodeResourceTopology
+	// SchedulerName is nicaffinity's scheduler (nicaffinity-scheduler).
+	SchedulerName string
+}
+
+// Pod runs the pod checklist.
+func Pod(s PodState, o ClusterOptions) Report {
+	p := s.Pod
+	b := newBuilder("pod " + p.Namespace + "/" + p.Name)
+	var observed *annotations.Observed
+	if b.startLayer(LayerPlacement) {
+		switch {
+		case p.Spec.NodeName == "":
+			why := "Pending, not scheduled"
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
+					why += ": " + c.Message
+				}
+			}
+			b.fail("scheduled", why, "kubectl nicaffinity why "+p.Name+" (or kubectl describe pod): each node's reason says what is missing")
+		default:
+			b.pass("scheduled", "on "+p.Spec.NodeName)
+		}
+		if p.Spec.SchedulerName != s.SchedulerName {
+			b.warn("scheduler", fmt.Sprintf("%q placed it, not %s: nothing chose its GPUs for their NICs", orDefault(p.Spec.SchedulerName, "default-scheduler"), s.SchedulerName),
+				"set spec.schedulerName: "+s.SchedulerName)
+		}
+		if a, ok := p.Annotations[annotations.AllocationKey]; ok {
+			plan, err := annotations.ParseAllocation(a)
+			if err != nil {
+				b.warn("plan", err.Error(), "")
+			} else {
+				b.info("plan", fmt.Sprintf("GPUs %s, NICs %s, level %s", strings.Join(plan.GPUs, ","), strings.Join(plan.NICs, ","), orDefault(plan.Level, "-")))
+			}
+		} else if p.Spec.SchedulerName == s.SchedulerName && p.Spec.NodeName != "" {
+			b.info("plan", "none: the plugin left this pod alone (no GPU, or every GPU of the node)")
+		}
+	}
+	if b.startLayer(LayerDevices) {
+		raw, ok := p.Annotations[annotations.ObservedKey]
+		switch {
+		case !ok:
+			b.unknown("observed devices", "no "+annotations.ObservedKey+" annotation yet", "the exporter on "+p.Spec.NodeName+" writes it once the pod runs: check it is ready (nicaffinity doctor cluster)")
+		default:
+			obs, err := annotations.ParseObserved(raw)
+			if err != nil {
+				b.fail("observed devices", err.Error(), "")
+				break
+			}
+			observed = &obs
+			var pairs []string
+			for _, g := range obs.GPUs {
+				pairs = append(pairs, fmt.Sprintf("%s-%s %s", g.BusID, orDefault(g.NIC, "no NIC"), g.Level))
+			}
+			detail := fmt.Sprintf("worst %s (%s)", orDefault(obs.Level, "-"), strings.Join(pairs, ", "))
+			switch {
+			case len(obs.GPUDirect) > 0 && !obs.Aligned:
+				b.fail("GPU-NIC alignment", detail+"; GPUDirect RDMA impossible: "+strings.Join(obs.GPUDirect, "; "), "nicaffinity doctor node on "+p.Spec.NodeName)
+			case !obs.Aligned:
+				b.fail("GPU-NIC alignment", detail+": not aligned, NCCL stages RDMA through host memory",
+					"recreate the pod with schedulerName "+s.SchedulerName+" and policy required; if the plan was not followed, enable the allocation proxy (docs/allocation-proxy.md)")
+			default:
+				b.pass("GPU-NIC alignment", detail)
+			}
+			if obs.Plan == "differs" {
+				b.warn("plan followed", "the node handed out other GPUs than the scheduler planned", "enable the allocation proxy on the node (docs/allocation-proxy.md)")
+			}
+		}
+	}
+	if b.startLayer(LayerNetwork) {
+		if observed != nil && len(observed.NICs) > 0 {
+			hca := strings.Join(observed.NICs, ",")
+			if set := envValue(p, "NCCL_IB_HCA"); set != "" && !coversHCAs(set, observed.NICs) {
+				b.warn("NCCL_IB_HCA", fmt.Sprintf("the pod sets %q; its GPUs' nearest NICs are %s", set, hca), "set NCCL_IB_HCA="+hca+" (or run the job under nicaffinity env)")
+			} else {
+				b.info("NCCL_IB_HCA", hca)
+			}
+			roce := roceNICs(s.NRT, observed.NICs)
+			switch {
+			case len(roce) == 0:
+			case p.Spec.HostNetwork:
+				b.pass("RoCE networking", "hostNetwork: true")
+			case p.Annotations[MultusNetworks] != "":
+				b.pass("RoCE networking", "secondary network "+p.Annotations[MultusNetworks]+" (re-check the GID index inside the pod: show_gids | grep v2)")
+			default:
+				b.fail("RoCE networking", strings.Join(roce, ",")+" are RoCE (Ethernet) and the pod has neither hostNetwork nor a MacVLAN/SR-IOV network",
+					"set hostNetwork: true, or attach a MacVLAN network with the "+MultusNetworks+" annotation")
+			}
+		} else {
+			b.info("NCCL_IB_HCA", "no NIC observed for this pod")
+		}
+	}
+	if b.startLayer(LayerPermissions) {
+		for _, c := range p.Spec.Containers {
+			if !usesDevices(c, o) {
+				continue
+			}
+			if hasCap(c, "IPC_LOCK") {
+				b.pass("container "+c.Name+": IPC_LOCK", "added")
+			} else {
+				b.fail("container "+c.Name+": IPC_LOCK", "not added: RDMA cannot pin (register) memory",
+					`securityContext.capabilities.add: ["IPC_LOCK"]`)
+			}
+		}
+		b.info("memlock", "not visible through the API: kubectl exec "+p.Name+" -- sh -c 'ulimit -l' should print unlimited")
+	}
+	return b.report()
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func envValue(p *corev1.Pod, name string) string {
+	for _, c := range p.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name == name {
+				return e.Value
+			}
+		}
+	}
+	return ""
+}
+
+// coversHCAs: NCCL_IB_HCA is a list of device prefixes (optionally with
+// :port, and = or ^ in front); every NIC must match one.
+func coversHCAs(value string, nics []string) bool {
+	if strings.HasPrefix(value, "^") {
+		return false
+	}
+	var prefixes []string
+	for _, e := range strings.Split(strings.TrimPrefix(value, "="), ",") {
+		name, _, _ := strings.Cut(strings.TrimSpace(e), ":")
+		prefixes = append(prefixes, name)
+	}
+	for _, n := range nics {
+		if !slices.ContainsFunc(prefixes, func(p string) bool { return p != "" && strings.HasPrefix(n, p) }) {
+			return false
+		}
+	}
+	return true
+}
+
+func roceNICs(obj *v1alpha2.NodeResourceTopology, nics []string) []string {
+	if obj == nil {
+		return nil
+	}
+	var out []string
+	for _, z := range obj.Zones {
+		if z.Type != nrt.ZoneNIC || !slices.Contains(nics, strings.TrimPrefix(z.Name, nrt.PrefixNIC)) {
+			continue
+		}
+		for _, a := range z.Attributes {
+			if a.Name == nrt.AttrLinkLayer && a.Value == "Ethernet" {
+				out = append(out, strings.TrimPrefix(z.Name, nrt.PrefixNIC))
+			}
+		}
+	}
+	return out
+}
+
+func usesDevices(c corev1.Container, o ClusterOptions) bool {
+	for res := range c.Resources.Limits {
+		if string(res) == o.GPUResource || o.isNIC(res) {
+			return true
+		}
+	}
+	return false
+}
+
+func hasCap(c corev1.Container, name corev1.Capability) bool {
+	if c.SecurityContext == nil || c.SecurityContext.Capabilities == nil {
+		return false
+	}
+	return slices.Contains(c.SecurityContext.Capabilities.Add, name) || slices.Contains(c.SecurityContext.Capabilities.Add, "CAP_"+name)
+}
