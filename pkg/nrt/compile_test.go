@@ -108,6 +108,14 @@ func FuzzCompile(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(string(b))
+	blocked := golden(f)
+	blocked.Attributes = append(blocked.Attributes, v1alpha2.AttributeInfo{Name: AttrPeerMem, Value: "absent"}, v1alpha2.AttributeInfo{Name: AttrDMABuf, Value: "no"})
+	z := zoneNamed(blocked, "gpu-0")
+	z.Attributes = append(z.Attributes, v1alpha2.AttributeInfo{Name: AttrACSRedirect, Value: "mlx5_0=0000:14:00.0"})
+	if b, err = json.Marshal(blocked); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(string(b))
 	f.Add(`{"metadata":{"name":"n"},"attributes":[{"name":"nicaffinity.io/schema","value":"1"}],"zones":[{"name":"gpu-0","type":"GPU","parent":"p"},{"name":"p","type":"PCIeSwitch"}]}`)
 	f.Fuzz(func(t *testing.T, doc string) {
 		var obj v1alpha2.NodeResourceTopology
@@ -124,6 +132,14 @@ func FuzzCompile(f *testing.F) {
 		for li := range c.Near {
 			if len(c.Near[li]) != len(c.NICs) {
 				t.Fatalf("Near[%d] has %d entries for %d NICs", li, len(c.Near[li]), len(c.NICs))
+			}
+		}
+		// A blocked path is never better than PHB, and never better than published.
+		for g, gpu := range c.GPUs {
+			for n := range gpu.Level {
+				if gpu.Level[n] < gpu.Published[n] || gpu.Blocked != nil && gpu.Blocked[n] != "" && gpu.Level[n] < topology.LevelPHB {
+					t.Fatalf("gpu %d nic %d: level %v, published %v, blocked %q", g, n, gpu.Level[n], gpu.Published[n], gpu.Blocked[n])
+				}
 			}
 		}
 	})
