@@ -1,7 +1,9 @@
 // Command nicaffinity is the command line for GPU nodes and laptops: the
 // GPU-NIC topology of a node as `nvidia-smi topo -m` prints it, from sysfs
-// (+NVML), an NCCL topology XML, or a bundled real machine. It links no
-// control plane; the simulator is `nicaffinity-sim`.
+// (+NVML), an NCCL topology XML, or a bundled real machine; and `doctor`,
+// the bottom-up GPUDirect RDMA checklist (node, cluster, pod, pair). It
+// links no control plane, only API clients; the simulator is
+// `nicaffinity-sim`.
 package main
 
 import (
