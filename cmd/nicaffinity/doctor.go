@@ -167,6 +167,17 @@ func (o *doctorOptions) clients() (doctor.Clients, error) {
 	return doctor.Clients{Kube: kube, Dynamic: dyn}, nil
 }
 
+// withClients runs f with API clients and a context bounded by --timeout.
+func (o *doctorOptions) withClients(cmd *cobra.Command, f func(context.Context, doctor.Clients) error) error {
+	c, err := o.clients()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+	defer cancel()
+	return f(ctx, c)
+}
+
 func (o *doctorOptions) clusterFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.cluster.GPUResource, "gpu-resource", o.cluster.GPUResource, "the GPU resource name")
@@ -188,17 +199,13 @@ func (o *doctorOptions) clusterCommand() *cobra.Command {
 			if err := o.checkOutput(); err != nil {
 				return err
 			}
-			c, err := o.clients()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
-			defer cancel()
-			s, err := doctor.GatherCluster(ctx, c, o.cluster)
-			if err != nil {
-				return err
-			}
-			return o.print(cmd.OutOrStdout(), doctor.Cluster(s, o.cluster))
+			return o.withClients(cmd, func(ctx context.Context, c doctor.Clients) error {
+				s, err := doctor.GatherCluster(ctx, c, o.cluster)
+				if err != nil {
+					return err
+				}
+				return o.print(cmd.OutOrStdout(), doctor.Cluster(s, o.cluster))
+			})
 		},
 	}
 	o.clusterFlags(cmd)
@@ -215,17 +222,13 @@ func (o *doctorOptions) podCommand() *cobra.Command {
 			if err := o.checkOutput(); err != nil {
 				return err
 			}
-			c, err := o.clients()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
-			defer cancel()
-			s, err := doctor.GatherPod(ctx, c, namespace, args[0], scheduler)
-			if err != nil {
-				return err
-			}
-			return o.print(cmd.OutOrStdout(), doctor.Pod(s, o.cluster))
+			return o.withClients(cmd, func(ctx context.Context, c doctor.Clients) error {
+				s, err := doctor.GatherPod(ctx, c, namespace, args[0], scheduler)
+				if err != nil {
+					return err
+				}
+				return o.print(cmd.OutOrStdout(), doctor.Pod(s, o.cluster))
+			})
 		},
 	}
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "default", "the pod's namespace")

@@ -210,26 +210,12 @@ const maxAttribute = 4096
 // hang discovery), and at most maxAttribute bytes (a link to /dev/zero
 // must not grow the heap). A longer file is an error, not a truncation.
 func readAttribute(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
+	b, err := readBinary(path, maxAttribute)
+	var pathErr *fs.PathError
+	if err != nil && !errors.As(err, &pathErr) {
+		return nil, fmt.Errorf("%s: %w", path, err) // readBinary's own errors do not name the file
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file (%s)", path, st.Mode().Type())
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxAttribute+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxAttribute {
-		return nil, fmt.Errorf("%s: longer than %d bytes", path, maxAttribute)
-	}
-	return b, nil
+	return b, err
 }
 
 // readBinary reads a binary attribute (a config space) as readAttribute
