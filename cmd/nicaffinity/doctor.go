@@ -87,6 +87,7 @@ func (o *doctorOptions) checkOutput() error {
 
 func (o *doctorOptions) nodeCommand() *cobra.Command {
 	var sysfsRoot, devRoot, kernel, linkLayer, maxLevel, nvml string
+	var keepGoing bool
 	cmd := &cobra.Command{
 		Use:   "node",
 		Short: "Check this host, or a sysfs tree, bottom-up",
@@ -109,7 +110,7 @@ func (o *doctorOptions) nodeCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			opts := doctor.NodeOptions{Subject: "node (" + sysfsRoot + ")", LinkLayer: linkLayer, MaxLevel: level}
+			opts := doctor.NodeOptions{Subject: "node (" + sysfsRoot + ")", LinkLayer: linkLayer, MaxLevel: level, KeepGoing: keepGoing}
 			if devRoot != "" {
 				opts.DevInfiniband = listDir(filepath.Join(devRoot, "infiniband"))
 			}
@@ -123,6 +124,7 @@ func (o *doctorOptions) nodeCommand() *cobra.Command {
 	f.StringVar(&linkLayer, "link-layer", "", "the link layer every NIC port should have: InfiniBand or Ethernet (default: any)")
 	f.StringVar(&maxLevel, "max-level", "PXB", "the worst GPU-NIC level that counts as aligned")
 	f.StringVar(&nvml, "nvml", "auto", "use NVML for GPU identity: auto, on or off")
+	f.BoolVar(&keepGoing, "keep-going", false, "check every layer even after one failed (acceptance runs; later findings may follow from the first)")
 	return cmd
 }
 

@@ -61,8 +61,9 @@ func (r *Report) OK() bool { return r.FailedLayer == "" }
 // builder collects checks layer by layer and skips the layers after the
 // first one with a failure.
 type builder struct {
-	r     Report
-	layer string
+	r         Report
+	layer     string
+	keepGoing bool
 }
 
 func newBuilder(subject string) *builder { return &builder{r: Report{Subject: subject}} }
@@ -71,7 +72,7 @@ func newBuilder(subject string) *builder { return &builder{r: Report{Subject: su
 // caller then adds no checks, and skip records the layer as skipped).
 func (b *builder) startLayer(name string) bool {
 	b.layer = name
-	if b.r.FailedLayer != "" {
+	if b.r.FailedLayer != "" && !b.keepGoing {
 		b.r.Checks = append(b.r.Checks, Check{Layer: name, Name: "not checked", Status: Skipped, Detail: "fix the " + b.r.FailedLayer + " layer first"})
 		return false
 	}

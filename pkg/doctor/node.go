@@ -26,6 +26,8 @@ type NodeOptions struct {
 	DevInfiniband []string
 	// MaxLevel is the worst level that counts as aligned (PXB).
 	MaxLevel topology.Level
+	// KeepGoing checks every layer even after one failed (acceptance runs).
+	KeepGoing bool
 }
 
 // Node runs the host checklist on a topology read from sysfs.
@@ -34,6 +36,7 @@ func Node(t *topology.Topology, o NodeOptions) Report {
 		o.MaxLevel = topology.LevelPXB
 	}
 	b := newBuilder(o.Subject)
+	b.keepGoing = o.KeepGoing
 	g := topology.GPUDirect{}
 	if t.GPUDirect != nil {
 		g = *t.GPUDirect
@@ -59,9 +62,13 @@ func Node(t *topology.Topology, o NodeOptions) Report {
 		default:
 			b.pass("nvidia kernel module", "loaded ("+g.NVIDIAModule+" flavour)")
 		}
-		if len(pfs) == 0 {
+		switch {
+		case len(pfs) == 0 && len(g.RDMADrivers) > 0:
+			b.fail("RDMA devices", "none in /sys/class/infiniband, though "+strings.Join(g.RDMADrivers, ", ")+" is loaded: no RDMA-capable NIC is visible to this host",
+				"check lspci -d 15b3: (Mellanox/NVIDIA); in a VM the NIC or its VF must be passed through")
+		case len(pfs) == 0:
 			b.fail("RDMA devices", "none in /sys/class/infiniband", "load the NIC's RDMA driver (modprobe mlx5_ib), or deploy the Network Operator's driver (NicClusterPolicy spec.ofedDriver)")
-		} else {
+		default:
 			var names []string
 			for _, n := range pfs {
 				names = append(names, n.Name)

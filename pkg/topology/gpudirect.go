@@ -30,7 +30,14 @@ type GPUDirect struct {
 	// all: "yes" when /sys/class/infiniband_verbs (what /dev/infiniband/uverbs*
 	// are made from) was read, "" when it could not be told.
 	UVerbs string `json:"uverbs,omitempty"`
+	// RDMADrivers are the RDMA NIC drivers loaded (mlx5_ib, irdma,
+	// bnxt_re, ...); nil when the module list was not read.
+	RDMADrivers []string `json:"rdmaDrivers,omitempty"`
 }
+
+// RDMADriverModules are the kernel modules that register RDMA devices for
+// the NICs GPU clusters use.
+var RDMADriverModules = []string{"mlx5_ib", "mlx4_ib", "irdma", "bnxt_re", "efa", "ionic_rdma", "erdma", "qedr"}
 
 // Fact values.
 const (

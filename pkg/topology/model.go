@@ -281,6 +281,11 @@ func (g *GPUDirect) validate() error {
 			return fmt.Errorf("gpudirect %s %q: want one of %s or empty (unknown)", f.name, f.v, strings.Join(f.ok, ", "))
 		}
 	}
+	for _, d := range g.RDMADrivers {
+		if !slices.Contains(RDMADriverModules, d) {
+			return fmt.Errorf("gpudirect rdmaDrivers: %q is not one of %s", d, strings.Join(RDMADriverModules, ", "))
+		}
+	}
 	if len(g.KernelRelease) > 256 {
 		return fmt.Errorf("gpudirect kernelRelease longer than 256 bytes")
 	}

@@ -32,6 +32,11 @@ func readGPUDirect(root, kernel string, h topology.HostData) (*topology.GPUDirec
 				g.PeerMem = topology.PeerMemLoaded
 			}
 		}
+		for _, m := range topology.RDMADriverModules {
+			if _, err := os.Stat(filepath.Join(modules, m)); err == nil {
+				g.RDMADrivers = append(g.RDMADrivers, m)
+			}
+		}
 		g.NVIDIAModule = topology.ModuleAbsent
 		if _, err := os.Stat(filepath.Join(modules, "nvidia")); err == nil {
 			// The kernel's taint letters: P marks a proprietary module.
@@ -67,7 +72,7 @@ func readGPUDirect(root, kernel string, h topology.HostData) (*topology.GPUDirec
 			}
 		}
 	}
-	if *g == (topology.GPUDirect{KernelRelease: kernel}) {
+	if !modulesKnown && g.IOMMU == topology.Unknown && g.UVerbs == topology.Unknown {
 		return nil, nil
 	}
 	return g, nil

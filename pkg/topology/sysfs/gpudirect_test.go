@@ -24,7 +24,7 @@ func TestReadGPUDirect(t *testing.T) {
 		UVerbs string            // mlx5_0's
 	}
 	ready := facts{
-		Host:   &topology.GPUDirect{PeerMem: "loaded", NVIDIAModule: "open", KernelRelease: "6.8.0", IOMMU: "off", UVerbs: "yes"},
+		Host:   &topology.GPUDirect{PeerMem: "loaded", NVIDIAModule: "open", KernelRelease: "6.8.0", IOMMU: "off", UVerbs: "yes", RDMADrivers: []string{"mlx5_ib"}},
 		ACS:    map[string]string{},
 		Ports:  []topology.Port{{Number: 1, LinkLayer: "Ethernet", State: "ACTIVE", Rate: "200 Gb/sec (4X HDR)", PhysState: "LinkUp", MTU: 9000, RoCEv2: "yes"}},
 		UVerbs: "uverbs0",
@@ -87,7 +87,7 @@ func TestReadGPUDirect(t *testing.T) {
 		{name: "no module list at all", kernel: "6.8.0",
 			brk: func(tr *sysfstest.Tree) { os.RemoveAll(filepath.Join(tr.Root, "module")) },
 			want: func(f *facts) {
-				f.Host.PeerMem, f.Host.NVIDIAModule = "", ""
+				f.Host.PeerMem, f.Host.NVIDIAModule, f.Host.RDMADrivers = "", "", nil
 			}},
 	}
 	for _, tc := range tests {

@@ -357,6 +357,7 @@ func (t *Tree) GPUDirectReady() {
 	t.Module("nvidia_peermem", "OE")
 	t.Module("ib_uverbs", "")
 	t.Module("mlx5_core", "")
+	t.Module("mlx5_ib", "")
 	t.IOMMU("")
 	t.ACSAll(0)
 	for i, name := range t.RDMANames() {

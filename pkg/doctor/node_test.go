@@ -1,0 +1,101 @@
+package doctor
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+)
+
+func discover(t *testing.T, build func(*sysfstest.Tree)) *topology.Topology {
+	t.Helper()
+	tree := sysfstest.New(t.TempDir())
+	build(tree)
+	if err := tree.Err(); err != nil {
+		t.Fatal(err)
+	}
+	topo, err := sysfs.New(sysfs.WithRoot(tree.Root), sysfs.WithKernelRelease("6.8.0")).Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topo
+}
+
+func find(r Report, layer, name string) *Check {
+	for i := range r.Checks {
+		if r.Checks[i].Layer == layer && r.Checks[i].Name == name {
+			return &r.Checks[i]
+		}
+	}
+	return nil
+}
+
+// TestNodeChecks: the findings that are not one of the sysfstest
+// breakages (cmd/nicaffinity tests those through the command).
+func TestNodeChecks(t *testing.T) {
+	tests := []struct {
+		name       string
+		build      func(*sysfstest.Tree)
+		opts       NodeOptions
+		layer      string
+		check      string
+		status     Status
+		detail     string
+		failed     string
+		notChecked string // a layer that must show as skipped
+	}{
+		{name: "RDMA driver loaded, no NIC visible (a VM without passthrough)", build: func(tr *sysfstest.Tree) {
+			tr.GPU("pci0000:00/0000:00:05.0", 0, "0-15")
+			tr.Module("nvidia", "O")
+			tr.Module("mlx5_ib", "")
+		}, layer: LayerHost, check: "RDMA devices", status: Fail, detail: "though mlx5_ib is loaded: no RDMA-capable NIC is visible", failed: LayerHost, notChecked: LayerGPUDirect},
+		{name: "no RDMA driver", build: func(tr *sysfstest.Tree) {
+			tr.GPU("pci0000:00/0000:00:05.0", 0, "0-15")
+			tr.Module("nvidia", "O")
+		}, layer: LayerHost, check: "RDMA devices", status: Fail, detail: "none in /sys/class/infiniband", failed: LayerHost},
+		{name: "keep going past the failure", build: func(tr *sysfstest.Tree) {
+			tr.GPU("pci0000:00/0000:00:05.0", 0, "0-15")
+			tr.Module("nvidia", "O")
+		}, opts: NodeOptions{KeepGoing: true}, layer: LayerGPUDirect, check: "nvidia-peermem or dma-buf", status: Pass, detail: "dma-buf usable (open kernel module, kernel 6.8.0)", failed: LayerHost},
+		{name: "IOMMU translating: a warning", build: func(tr *sysfstest.Tree) {
+			sysfstest.ReadyHGXH100()(tr)
+			tr.IOMMU("DMA-FQ", "dmar0")
+		}, layer: LayerGPUDirect, check: "IOMMU", status: Warn, detail: "translating DMA"},
+		{name: "ACS unreadable without root", build: func(tr *sysfstest.Tree) {
+			sysfstest.ReadyHGXH100()(tr)
+			tr.WriteBytes("devices/"+"pci0000:10/0000:10:01.0/0000:11:00.0/0000:12:00.0/0000:13:00.0/0000:14:00.0/config", make([]byte, 64))
+		}, layer: LayerGPUDirect, check: "ACS on GPU-NIC paths", status: Unknown, detail: "config space of 1 bridges unreadable"},
+		{name: "RoCE at MTU 1500: a warning", build: func(tr *sysfstest.Tree) {
+			sysfstest.ReadyHGXH100()(tr)
+			tr.SetPort("mlx5_0", 1, "link_layer", "Ethernet")
+			tr.GID("mlx5_0", 1, 1, "fe80:0000:0000:0000:0ac0:ebff:fe00:0001", "RoCE v2")
+			tr.WriteFile("class/infiniband/mlx5_0/device/net/net-mlx5_0/mtu", "1500")
+		}, layer: LayerPorts, check: "mlx5_0 port 1", status: Warn, detail: "RoCE v2 GID present"},
+		{name: "half-NIC machine: GPUs without a close NIC are warned about", build: func(tr *sysfstest.Tree) {
+			sysfstest.HalfNICs(tr)
+			tr.GPUDirectReady()
+		}, layer: LayerTopology, check: "GPU 0 (0000:12:00.0)", status: Warn, detail: "nearest NIC mlx5_0 at PHB"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Node(discover(t, tc.build), tc.opts)
+			c := find(r, tc.layer, tc.check)
+			if c == nil || c.Status != tc.status || !strings.Contains(c.Detail, tc.detail) {
+				t.Fatalf("check %q at %q = %+v, want %s with %q; report %+v", tc.check, tc.layer, c, tc.status, tc.detail, r.Checks)
+			}
+			if (c.Status == Fail || c.Status == Warn) && c.Fix == "" {
+				t.Errorf("a %s without a fix", c.Status)
+			}
+			if r.FailedLayer != tc.failed {
+				t.Errorf("failed layer %q, want %q", r.FailedLayer, tc.failed)
+			}
+			if tc.notChecked != "" {
+				if s := find(r, tc.notChecked, "not checked"); s == nil || s.Status != Skipped {
+					t.Errorf("layer %q was checked after a failure: %+v", tc.notChecked, r.Checks)
+				}
+			}
+		})
+	}
+}
