@@ -105,6 +105,9 @@ func Node(t *topology.Topology, o NodeOptions) Report {
 	}
 
 	if b.startLayer(LayerPorts) {
+		if len(pfs) == 0 {
+			b.info("ports", "no RDMA device to check")
+		}
 		for _, n := range pfs {
 			for _, p := range n.Ports {
 				port(b, n, p, o.LinkLayer)
