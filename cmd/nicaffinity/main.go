@@ -27,6 +27,6 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newTopoCommand(), newDoctorCommand())
+	root.AddCommand(newTopoCommand(), newDoctorCommand(), newDRACommand())
 	return root
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nicaffinity/nicaffinity/pkg/dra"
 	"github.com/nicaffinity/nicaffinity/pkg/profiles"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
@@ -23,6 +24,8 @@ type topoOptions struct {
 	nvml      string
 	output    string
 	list      bool
+	dra       bool
+	machine   string
 }
 
 func newTopoCommand() *cobra.Command {
@@ -49,6 +52,8 @@ if it were /sys, --nccl-xml reads an NCCL topology XML (NCCL_TOPO_FILE), and
 	f.BoolVar(&o.list, "list-profiles", false, "list the bundled machines and exit")
 	f.StringVar(&o.nvml, "nvml", "auto", "use NVML for GPU identity and NVLinks: auto (when a driver is there), on (fail without it), off")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	f.BoolVar(&o.dra, "dra", false, "say whether DRA's resource.kubernetes.io/pcieRoot aligns every GPU-NIC pair (PXB or closer), and list the pairs where it does not")
+	f.StringVar(&o.machine, "machine", "", "a built-in machine shape, as sysfs (for --dra): "+machineNames())
 	return cmd
 }
 
@@ -65,12 +70,15 @@ func (o *topoOptions) run(w io.Writer, nvml discovery.NVMLReader) error {
 	if err := discovery.ValidateNVMLMode(o.nvml); err != nil {
 		return fmt.Errorf("--nvml: %w", err)
 	}
-	if o.ncclXML != "" && o.profile != "" {
-		return errors.New("--nccl-xml and --profile are exclusive")
+	if n := countSet(o.ncclXML, o.profile, o.machine); n > 1 {
+		return errors.New("--nccl-xml, --profile and --machine are exclusive")
 	}
 	topo, err := o.load(nvml)
 	if err != nil {
 		return err
+	}
+	if o.dra {
+		return printDRACheck(w, dra.CheckTopology(o.sourceName(), topo, topology.LevelPXB), o.output)
 	}
 	m := topo.Matrix()
 	if o.output == "json" {
@@ -94,8 +102,22 @@ func (o *topoOptions) run(w io.Writer, nvml discovery.NVMLReader) error {
 	return nil
 }
 
+func (o *topoOptions) sourceName() string {
+	switch {
+	case o.machine != "":
+		return o.machine
+	case o.profile != "":
+		return o.profile
+	case o.ncclXML != "":
+		return o.ncclXML
+	}
+	return "sysfs " + o.sysfsRoot
+}
+
 func (o *topoOptions) load(nvml discovery.NVMLReader) (*topology.Topology, error) {
 	switch {
+	case o.machine != "":
+		return loadMachine(o.machine)
 	case o.profile != "":
 		return profiles.Load(o.profile)
 	case o.ncclXML != "":
@@ -111,4 +133,14 @@ func (o *topoOptions) load(nvml discovery.NVMLReader) (*topology.Topology, error
 		return t, nil
 	}
 	return discovery.Host{SysfsRoot: o.sysfsRoot, NVMLMode: o.nvml, NVML: nvml}.Discover()
+}
+
+func countSet(values ...string) int {
+	n := 0
+	for _, v := range values {
+		if v != "" {
+			n++
+		}
+	}
+	return n
 }

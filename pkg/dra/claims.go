@@ -12,12 +12,11 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
-// Device classes of the drivers the templates are for: the NVIDIA GPU DRA
-// driver, dranet for RDMA NICs (PFs), and the SR-IOV DRA driver for VFs.
+// Device classes of the drivers the templates default to: the NVIDIA GPU
+// DRA driver's and dranet's (RDMA NICs). Others are passed in.
 const (
-	GPUClass   = "gpu.nvidia.com"
-	NICClass   = "dranet.net"
-	SRIOVClass = "sriovnetwork.k8snetworkplumbingwg.io"
+	GPUClass = "gpu.nvidia.com"
+	NICClass = "dranet.net"
 )
 
 // Methods of alignment.

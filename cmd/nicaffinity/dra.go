@@ -1,0 +1,183 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/dra"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/nvmlgpu"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+)
+
+// machineShapes are the machine shapes built in as sysfs trees: the
+// published shapes the tests pin levels against, and the half-NIC shape.
+// DRA's pcieRoot needs host bridges, which only sysfs names (NCCL XML
+// groups devices by CPU), so these, not the NCCL XML profiles, are the
+// shapes `dra claims --machine` and `topo --dra --machine` know.
+func machineShapes() map[string]func(*sysfstest.Tree) {
+	out := map[string]func(*sysfstest.Tree){"half-nic-8gpu-2nic": sysfstest.HalfNICs}
+	for _, m := range sysfstest.Machines {
+		out[m.Name] = m.Build
+	}
+	return out
+}
+
+func machineNames() string {
+	var names []string
+	for n := range machineShapes() {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+// loadMachine reads a built-in shape through the real sysfs reader, from a
+// tree built in a temporary directory.
+func loadMachine(name string) (*topology.Topology, error) {
+	build, ok := machineShapes()[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown machine shape %q: want one of %s", name, machineNames())
+	}
+	dir, err := os.MkdirTemp("", "nicaffinity-machine")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	return sysfstest.Discover(dir, build)
+}
+
+func printDRACheck(w io.Writer, c dra.Check, output string) error {
+	if output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(c)
+	}
+	var sb strings.Builder
+	switch {
+	case !c.Known:
+		fmt.Fprintf(&sb, "DRA pcieRoot on %s: cannot tell. %s\n", c.Machine, c.Why)
+	case c.Enough:
+		fmt.Fprintf(&sb, "DRA pcieRoot on %s: enough. Every GPU-NIC pair on one root is at %s or closer (%d pairs), and every GPU with an aligned NIC has one on its root: matchAttribute: resource.kubernetes.io/pcieRoot aligns them.\n", c.Machine, c.MaxLevel, c.SameRoot)
+	default:
+		fmt.Fprintf(&sb, "DRA pcieRoot on %s: NOT enough. %d of %d GPU-NIC pairs on one root are past %s, so matchAttribute on pcieRoot can give a pair without GPUDirect RDMA. Use a template with a derived attribute (nicaffinity dra claims --derived).\n", c.Machine, len(c.Unaligned), c.SameRoot, c.MaxLevel)
+	}
+	pairs := func(title string, ps []dra.Pair) {
+		if len(ps) == 0 {
+			return
+		}
+		fmt.Fprintf(&sb, "\n%s:\n", title)
+		for _, p := range ps {
+			fmt.Fprintf(&sb, "  GPU%d %s (%s)  %s %s (%s)  %s\n", p.GPU, p.GPUBusID, p.GPURoot, p.NIC, p.NICBusID, p.NICRoot, p.Level)
+		}
+	}
+	pairs("Same pcieRoot, past "+c.MaxLevel+" (matchAttribute lets these through)", c.Unaligned)
+	pairs("Aligned but on different roots (matchAttribute refuses these)", c.Missed)
+	if len(c.Stranded) > 0 {
+		fmt.Fprintf(&sb, "\nGPUs with an aligned NIC but none on their root: %v\n", c.Stranded)
+	}
+	_, err := io.WriteString(w, sb.String())
+	return err
+}
+
+type draClaimsOptions struct {
+	machine, sysfsRoot, output, maxLevel string
+	claim                                dra.ClaimOptions
+}
+
+func newDRACommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dra",
+		Short: "Dynamic Resource Allocation: claim templates that align GPUs with their NICs",
+	}
+	o := &draClaimsOptions{claim: dra.ClaimOptions{Name: "gpus-with-nics", Namespace: "default", GPUs: 1, GPUsPerNIC: 1, GPUClass: dra.GPUClass, NICClass: dra.NICClass}}
+	claims := &cobra.Command{
+		Use:   "claims",
+		Short: "Write a ResourceClaimTemplate for N GPUs, each group with an aligned NIC",
+		Long: `Write a ResourceClaimTemplate (resource.k8s.io/v1) for --gpus GPUs in groups
+of --gpus-per-nic, each group with one NIC at --max-level (PXB) or closer on
+the given machine shape: matchAttribute on resource.kubernetes.io/pcieRoot
+where that is enough there (nicaffinity topo --dra says), else, with
+--derived, a derived attribute that maps each device's
+resource.kubernetes.io/pciBusID to its alignment group (the
+DRADerivedAttributes feature gate, alpha in Kubernetes 1.37). Device classes
+default to the NVIDIA GPU driver's and dranet's (docs/dra.md).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.OutOrStdout())
+		},
+	}
+	f := claims.Flags()
+	f.StringVar(&o.machine, "machine", "", "a built-in machine shape: "+machineNames())
+	f.StringVar(&o.sysfsRoot, "sysfs-root", "", "read this directory as the machine's /sys (default: this host's, without --machine)")
+	f.IntVar(&o.claim.GPUs, "gpus", o.claim.GPUs, "GPUs in the claim")
+	f.IntVar(&o.claim.GPUsPerNIC, "gpus-per-nic", o.claim.GPUsPerNIC, "GPUs that share one NIC")
+	f.BoolVar(&o.claim.Derived, "derived", false, "allow a derived attribute where pcieRoot is not enough (DRADerivedAttributes feature gate)")
+	f.StringVar(&o.claim.Name, "name", o.claim.Name, "the template's name")
+	f.StringVarP(&o.claim.Namespace, "namespace", "n", o.claim.Namespace, "the template's namespace")
+	f.StringVar(&o.claim.GPUClass, "gpu-class", o.claim.GPUClass, "the GPUs' DeviceClass")
+	f.StringVar(&o.claim.NICClass, "nic-class", o.claim.NICClass, "the NICs' DeviceClass ("+dra.NICClass+": dranet; the SR-IOV DRA driver's for VFs)")
+	f.StringVar(&o.maxLevel, "max-level", "PXB", "the worst GPU-NIC level that counts as aligned")
+	f.StringVarP(&o.output, "output", "o", "yaml", "output format: yaml or json")
+	cmd.AddCommand(claims)
+	return cmd
+}
+
+func (o *draClaimsOptions) run(w io.Writer) error {
+	if o.output != "yaml" && o.output != "json" {
+		return fmt.Errorf("--output %q: want yaml or json", o.output)
+	}
+	level, err := annotations.ParseMaxLevel(o.maxLevel)
+	if err != nil {
+		return fmt.Errorf("--max-level: %w", err)
+	}
+	o.claim.MaxLevel = level
+	var topo *topology.Topology
+	name := o.machine
+	switch {
+	case o.machine != "" && o.sysfsRoot != "":
+		return fmt.Errorf("--machine and --sysfs-root are exclusive")
+	case o.machine != "":
+		topo, err = loadMachine(o.machine)
+	default:
+		root := o.sysfsRoot
+		if root == "" {
+			root = "/sys"
+		}
+		name = "sysfs " + root
+		topo, err = discovery.Host{SysfsRoot: root, NVMLMode: discovery.NVMLAuto, NVML: nvmlgpu.New()}.Discover()
+	}
+	if err != nil {
+		return err
+	}
+	c, err := dra.BuildClaims(name, topo, o.claim)
+	if err != nil {
+		return err
+	}
+	if o.output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(c)
+	}
+	b, err := yaml.Marshal(c.Template)
+	if err != nil {
+		return err
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "# %s: %d GPUs, %d per NIC, aligned at %s or closer by %s.\n", name, o.claim.GPUs, o.claim.GPUsPerNIC, level, c.Method)
+	for _, n := range c.Notes {
+		fmt.Fprintf(&sb, "# %s\n", n)
+	}
+	sb.WriteString(strings.Replace(string(b), "status: {}\n", "", 1))
+	_, err = io.WriteString(w, sb.String())
+	return err
+}
