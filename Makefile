@@ -30,7 +30,10 @@ vet:
 # loop and the allocation proxy's servers. A race build of everything else
 # would compile most of k8s.io/kubernetes a second time (12 of a 25-minute
 # cold run); every package, these three included, also runs in one plain
-# go test.
+# go test. In the plugin's package only the cache's tests build under
+# -race (cache_test.go): the others drive the plugin through the scheduler
+# framework's NodeInfo and CycleState, which would bring k8s.io/kubernetes's
+# scheduler into the race build (framework_test.go).
 #
 # go vet runs every analyzer once, over our packages and (for their facts)
 # every dependency. The go test steps run with -vet=off: their own vet

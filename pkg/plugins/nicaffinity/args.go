@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
@@ -165,14 +165,30 @@ func (a *Args) Validate() field.ErrorList {
 	return errs
 }
 
-// decodeArgs reads the args the framework hands over (raw JSON for
-// out-of-tree plugins), defaults and validates them.
+// decodeArgs reads the args the framework hands over, defaults and
+// validates them. An out-of-tree plugin's args arrive as runtime.Unknown
+// holding the profile's JSON (kube-scheduler converts its YAML); they are
+// decoded strictly, so a misspelt field is an error, not a silent default.
+// (The framework's own DecodeInto does the same without the strictness;
+// using it would make this package depend on the scheduler runtime.)
 func decodeArgs(obj runtime.Object) (*Args, error) {
 	args := &Args{}
-	if obj != nil {
-		if err := frameworkruntime.DecodeInto(obj, args); err != nil {
+	switch raw := obj.(type) {
+	case nil:
+	case *runtime.Unknown:
+		var err error
+		switch raw.ContentType {
+		case "", runtime.ContentTypeJSON, runtime.ContentTypeYAML:
+			// YAML is a superset of JSON: one strict decoder reads both.
+			err = yaml.UnmarshalStrict(raw.Raw, args)
+		default:
+			err = fmt.Errorf("content type %q, want JSON or YAML", raw.ContentType)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("%s args: %w", Name, err)
 		}
+	default:
+		return nil, fmt.Errorf("%s args: got %T, want the profile's pluginConfig args", Name, obj)
 	}
 	args.SetDefaults()
 	if errs := args.Validate(); len(errs) > 0 {

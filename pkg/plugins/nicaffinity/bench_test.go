@@ -1,3 +1,5 @@
+//go:build !race
+
 package nicaffinity_test
 
 import (

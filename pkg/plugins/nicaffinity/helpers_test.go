@@ -8,8 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt/nrttest"
@@ -74,18 +72,4 @@ func makePod(name string, gpus int64, ann map[string]string, extra ...string) *v
 	}
 }
 
-func nodeInfo(name string, gpus int64) fwk.NodeInfo {
-	ni := framework.NewNodeInfo()
-	ni.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
-		"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI),
-	}}})
-	return ni
-}
-
-// preFilter runs PreFilter on a fresh cycle and returns the cycle.
-func preFilter(t testing.TB, pl *NICAffinity, pod *v1.Pod, nodes ...fwk.NodeInfo) (fwk.CycleState, *fwk.Status) {
-	t.Helper()
-	cycle := framework.NewCycleState()
-	_, st := pl.PreFilter(t.Context(), cycle, pod, nodes)
-	return cycle, st
-}
+const rdma = "rdma/hca"

