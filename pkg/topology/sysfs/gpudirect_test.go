@@ -71,7 +71,9 @@ func TestReadGPUDirect(t *testing.T) {
 			},
 			want: func(f *facts) { f.Ports[0].State, f.Ports[0].PhysState = "DOWN", "Disabled" }},
 		{name: "only RoCE v1 GIDs", kernel: "6.8.0",
-			brk:  func(tr *sysfstest.Tree) { tr.GID("mlx5_0", 1, 1, "fe80:0000:0000:0000:0ac0:ebff:fe00:0001", "IB/RoCE v1") },
+			brk: func(tr *sysfstest.Tree) {
+				tr.GID("mlx5_0", 1, 1, "fe80:0000:0000:0000:0ac0:ebff:fe00:0001", "IB/RoCE v1")
+			},
 			want: func(f *facts) { f.Ports[0].RoCEv2 = "no" }},
 		{name: "a RoCE v2 type on an empty GID does not count", kernel: "6.8.0",
 			brk: func(tr *sysfstest.Tree) {
