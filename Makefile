@@ -14,9 +14,13 @@ FUZZTIME     ?= 10s
 
 all: build
 
-# The scheduler reports the Kubernetes release it is built on plus ours.
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -X k8s.io/component-base/version.gitVersion=v1.37.2-nicaffinity.$(VERSION) \
+# Releases are v0.<Kubernetes minor>.<patch> (pkg/version): a v0.37.* tag
+# when there is one, else v0.37.0-dev+<commit>. Every binary's --version
+# prints it; the scheduler's reports the Kubernetes release it is built on
+# plus ours.
+VERSION  ?= $(shell git describe --tags --match 'v0.37.*' --dirty 2>/dev/null || echo v0.37.0-dev+$$(git rev-parse --short HEAD 2>/dev/null || echo unknown))
+LDFLAGS  := -X github.com/nicaffinity/nicaffinity/pkg/version.Version=$(VERSION) \
+            -X k8s.io/component-base/version.gitVersion=v1.37.2-nicaffinity.$(VERSION) \
             -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37
 
 build:

@@ -36,6 +36,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/allocproxy"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
+	"github.com/nicaffinity/nicaffinity/pkg/version"
 )
 
 type options struct {
@@ -56,6 +57,7 @@ func newCommand() *cobra.Command { return commandFor(&options{}) }
 
 func commandFor(o *options) *cobra.Command {
 	cmd := &cobra.Command{
+		Version:       version.String(),
 		Use:           "allocation-proxy",
 		Short:         "Hand the kubelet the GPUs and VFs nicaffinity planned, in front of the vendor device plugins",
 		SilenceUsage:  true,

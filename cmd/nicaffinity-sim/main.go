@@ -15,7 +15,10 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
 	"k8s.io/klog/v2"
+
+	"github.com/nicaffinity/nicaffinity/pkg/version"
 )
 
 func cmdContext() context.Context {
@@ -42,6 +45,16 @@ func newRootCommand() *cobra.Command {
 		Short:         "Simulate a GPU cluster with and without nicaffinity, and measure its scheduler",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// The linked Kubernetes packages register their own --version on
+		// the global flag set (component-base's verflag), so cobra's cannot
+		// be used: answer it here with nicaffinity's release.
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f := cmd.Flags().Lookup("version"); f != nil && f.Changed {
+				fmt.Fprintln(cmd.OutOrStdout(), "nicaffinity-sim version", version.String())
+				return nil
+			}
+			return cmd.Help()
+		},
 	}
 	root.AddCommand(newSimulateCommand(), newBenchCommand())
 	return root

@@ -119,3 +119,10 @@ func TestDRADocsAgree(t *testing.T) {
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+func TestVersionFlag(t *testing.T) {
+	out, err := runCLI(t, "--version")
+	if err != nil || !strings.HasPrefix(out, "nicaffinity version v0.37.") || !strings.Contains(out, "Kubernetes 1.37") {
+		t.Errorf("--version: %v %q", err, out)
+	}
+}

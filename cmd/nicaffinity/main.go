@@ -11,6 +11,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/nicaffinity/nicaffinity/pkg/version"
 )
 
 func main() {
@@ -22,6 +24,7 @@ func main() {
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
+		Version:       version.String(),
 		Use:           "nicaffinity",
 		Short:         "Place GPU pods next to their RDMA NICs",
 		SilenceUsage:  true,

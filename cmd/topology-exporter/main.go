@@ -30,6 +30,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/exporter"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
+	"github.com/nicaffinity/nicaffinity/pkg/version"
 )
 
 type options struct {
@@ -65,6 +66,7 @@ func newCommand() *cobra.Command { return commandFor(&options{out: os.Stdout}) }
 func commandFor(o *options) *cobra.Command {
 	def := exporter.DefaultConfig("")
 	cmd := &cobra.Command{
+		Version:       version.String(),
 		Use:           "topology-exporter",
 		Short:         "Publish this node's GPU-NIC topology as a NodeResourceTopology",
 		SilenceUsage:  true,

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/utils/ptr"
 
 	"github.com/nicaffinity/nicaffinity/internal/cluster"
@@ -48,6 +49,8 @@ func TestE2EGPUDirectACS(t *testing.T) {
 	}
 	port := tree.BridgeAbove(tree.GPUAddresses()[0])
 
+	placedBefore := schedulerMetric(t, "nicaffinity_scheduler_placements_total", "level", "PIX", "policy", "required")
+	blockedBefore := schedulerMetric(t, "nicaffinity_scheduler_filter_rejections_total", "reason", "gpudirect_impossible")
 	e.submit(t, "whole", 8, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
 	if msg := waitFailedScheduling(t, e.cp, "whole"); !strings.Contains(msg, "only 7 of the 8 free GPUs have a NIC at PXB or closer") || !strings.Contains(msg, "ACS redirect on "+port) {
 		t.Fatalf("FailedScheduling = %q, want the ACS redirect on %s named", msg, port)
@@ -76,6 +79,14 @@ func TestE2EGPUDirectACS(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitRunning(t, "whole")
+	// The scheduler's own metrics, from its registry in this process (other
+	// tests run schedulers beside this one: deltas, at least).
+	if d := schedulerMetric(t, "nicaffinity_scheduler_filter_rejections_total", "reason", "gpudirect_impossible") - blockedBefore; d < 1 {
+		t.Errorf("filter_rejections_total{reason=gpudirect_impossible} rose by %v, want at least 1", d)
+	}
+	if d := schedulerMetric(t, "nicaffinity_scheduler_placements_total", "level", "PIX", "policy", "required") - placedBefore; d < 1 {
+		t.Errorf("placements_total{level=PIX,policy=required} rose by %v, want at least 1", d)
+	}
 	obs := e.observed(t, "whole")
 	if !obs.Aligned || len(obs.GPUDirect) != 0 || obs.Level != "PIX" {
 		t.Errorf("observed %+v, want aligned at PIX with nothing blocking GPUDirect", obs)
@@ -87,6 +98,36 @@ func TestE2EGPUDirectACS(t *testing.T) {
 		!hasCheck(r, "container train: IPC_LOCK", doctor.Fail, "not added") {
 		t.Errorf("doctor pod once placed: %+v", r)
 	}
+}
+
+// schedulerMetric reads a counter from the registry kube-scheduler serves
+// (the in-process schedulers share it); labels are name, value pairs.
+func schedulerMetric(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue metric
+				}
+			}
+			total += m.GetCounter().GetValue()
+		}
+	}
+	return total
 }
 
 func hasCheck(r doctor.Report, name string, status doctor.Status, detail string) bool {

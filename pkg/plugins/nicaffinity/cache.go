@@ -86,6 +86,8 @@ type nodeEntry struct {
 	// outdated says why the object is too old to trust ("" while it is
 	// current): its heartbeat is older than maxAge.
 	outdated string
+	// state is the node's topology_nodes label ("" while it has no object).
+	state string
 }
 
 // NewStaticCache is a cache over fixed objects, with no informers: for
@@ -102,6 +104,7 @@ func NewStaticCache(args *Args, objs ...*v1alpha2.NodeResourceTopology) *Cache {
 }
 
 func newCache(timeout time.Duration, gpuResource string) *Cache {
+	registerMetrics()
 	c := &Cache{nodes: map[string]*nodeEntry{}, podNode: map[types.UID]string{}, timeout: timeout, now: time.Now, gpuResource: gpuResource}
 	c.cells.Store(&map[string]*atomic.Pointer[nodeView]{})
 	return c
@@ -223,7 +226,9 @@ func (c *Cache) remove(node string) {
 		delete(c.podNode, uid)
 	}
 	c.spread.replace(e.view, nil)
+	c.setState(e, "")
 	delete(c.nodes, node)
+	reservations.Set(float64(len(c.podNode)))
 	cells := maps.Clone(*c.cells.Load())
 	delete(cells, node)
 	c.cells.Store(&cells)
@@ -285,6 +290,8 @@ func (c *Cache) rebuild(node string) {
 	}
 	c.spread.replace(e.view, v)
 	e.view = v
+	c.setState(e, stateOf(e))
+	reservations.Set(float64(len(c.podNode)))
 	cell := (*c.cells.Load())[node]
 	if cell == nil {
 		cell = &atomic.Pointer[nodeView]{}
@@ -295,6 +302,33 @@ func (c *Cache) rebuild(node string) {
 		return
 	}
 	cell.Store(v)
+}
+
+// stateOf is a node's topology_nodes state.
+func stateOf(e *nodeEntry) string {
+	switch {
+	case e.outdated != "":
+		return stateStale
+	case e.compiled != nil:
+		return stateUsable
+	case e.err != "":
+		return stateUnreadable
+	}
+	return ""
+}
+
+// setState moves a node between the topology_nodes gauges.
+func (c *Cache) setState(e *nodeEntry, state string) {
+	if e.state == state {
+		return
+	}
+	if e.state != "" {
+		topologyNodes.WithLabelValues(e.state).Dec()
+	}
+	if state != "" {
+		topologyNodes.WithLabelValues(state).Inc()
+	}
+	e.state = state
 }
 
 func (c *Cache) compose(e *nodeEntry) *nodeView {

@@ -32,12 +32,14 @@ func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod
 		if pl.args.MissingTopology == MissingIgnore {
 			return nil
 		}
+		reject(unusableReason(why))
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
 	}
 	if req.gpus > len(v.c.GPUs) {
 		return nil // more than the node has: NodeResourcesFit says so
 	}
 	if v.stale && pl.args.StaleTopology == StaleReject {
+		reject(reasonLagging)
 		return fwk.NewStatus(fwk.Unschedulable, "NodeResourceTopology has not caught up with pods placed on this node yet")
 	}
 	li := levelIndex(req.maxLevel)
@@ -61,6 +63,16 @@ func (pl *NICAffinity) rejection(v *nodeView, req *request, li int) *fwk.Status 
 		code = fwk.UnschedulableAndUnresolvable
 	}
 	cause := blockedCause(v, level)
+	reason := reasonTooFew
+	switch {
+	case cause != "":
+		reason = reasonNoGPUDirect
+	case len(req.vfs) > 0 && near >= req.gpus:
+		reason = reasonNoVF
+	case near == 0:
+		reason = reasonNoAligned
+	}
+	reject(reason)
 	switch {
 	// The scheduler prints "<node count> <reason>": reasons start with a word.
 	case len(req.vfs) > 0 && near >= req.gpus:
