@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -18,12 +17,7 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 
 func runDoctor(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	cmd := newRootCommand()
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetArgs(append([]string{"doctor"}, args...))
-	err := cmd.Execute()
-	return out.String(), err
+	return runCLI(t, append([]string{"doctor"}, args...)...)
 }
 
 // tree builds a machine under a temporary directory.
