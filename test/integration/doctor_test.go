@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/cluster"
 	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
 	"github.com/nicaffinity/nicaffinity/pkg/doctor"
+	"github.com/nicaffinity/nicaffinity/pkg/kubectlplugin"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
@@ -54,6 +56,14 @@ func TestE2EGPUDirectACS(t *testing.T) {
 	e.submit(t, "whole", 8, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
 	if msg := waitFailedScheduling(t, e.cp, "whole"); !strings.Contains(msg, "only 7 of the 8 free GPUs have a NIC at PXB or closer") || !strings.Contains(msg, "ACS redirect on "+port) {
 		t.Fatalf("FailedScheduling = %q, want the ACS redirect on %s named", msg, port)
+	}
+	// kubectl nicaffinity, in-process on the same control plane.
+	if out := kubectlNicaffinity(t, e, "why", "whole"); !strings.Contains(out, "default/whole is Pending.") ||
+		!strings.Contains(out, "ACS redirect on "+port) || !regexp.MustCompile(`(?m)^acs\s+8\s+7\s+GPUDirect RDMA impossible on 1 close path\(s\): ACS redirect on `).MatchString(out) {
+		t.Errorf("kubectl nicaffinity why (Pending):\n%s", out)
+	}
+	if out := kubectlNicaffinity(t, e, "topo", "acs"); !strings.Contains(out, " PIX! ") || !strings.Contains(out, "GPU0-NIC0 (") || !strings.Contains(out, "ACS redirect on "+port) {
+		t.Errorf("kubectl nicaffinity topo:\n%s", out)
 	}
 	r := runDoctorBinary(t, nicaffinity, kubeconfig, "pod", "whole")
 	if r.FailedLayer != doctor.LayerPlacement || !hasCheck(r, "scheduled", doctor.Fail, "ACS redirect on "+port) {
@@ -90,6 +100,10 @@ func TestE2EGPUDirectACS(t *testing.T) {
 	obs := e.observed(t, "whole")
 	if !obs.Aligned || len(obs.GPUDirect) != 0 || obs.Level != "PIX" {
 		t.Errorf("observed %+v, want aligned at PIX with nothing blocking GPUDirect", obs)
+	}
+	if out := kubectlNicaffinity(t, e, "why", "whole"); !strings.Contains(out, "default/whole runs on acs.") ||
+		!strings.Contains(out, "NCCL_IB_HCA: mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7") || !strings.Contains(out, "GPU-NIC alignment: worst PIX") {
+		t.Errorf("kubectl nicaffinity why (placed):\n%s", out)
 	}
 	r = runDoctorBinary(t, nicaffinity, kubeconfig, "pod", "whole")
 	// The test pod adds no IPC_LOCK: that is the finding, at the last layer.
@@ -137,6 +151,21 @@ func hasCheck(r doctor.Report, name string, status doctor.Status, detail string)
 		}
 	}
 	return false
+}
+
+// kubectlNicaffinity runs `kubectl nicaffinity ARGS` in this process
+// against the control plane.
+func kubectlNicaffinity(t *testing.T, e *env, args ...string) string {
+	t.Helper()
+	cmd := kubectlplugin.NewCommand(&kubectlplugin.Options{RESTConfig: e.cp.Config})
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetArgs(args)
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("kubectl nicaffinity %v: %v", args, err)
+	}
+	t.Logf("kubectl nicaffinity %v:\n%s", args, out.String())
+	return out.String()
 }
 
 // buildNicaffinity builds cmd/nicaffinity as users run it.

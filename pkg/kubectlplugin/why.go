@@ -1,0 +1,168 @@
+package kubectlplugin
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/doctor"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+)
+
+// nrtResource is the NodeResourceTopology API.
+var nrtResource = v1alpha2.SchemeGroupVersion.WithResource("noderesourcetopologies")
+
+// maxNodes bounds the per-node table of a Pending pod.
+const maxNodes = 200
+
+// Why explains a pod: for a Pending pod the scheduler's last word and,
+// per node, what its object offers the pod; for a placed pod its plan
+// against what it got, and the NICs to use.
+func Why(ctx context.Context, c doctor.Clients, namespace, name string, o doctor.ClusterOptions, schedulerName string) (string, error) {
+	s, err := doctor.GatherPod(ctx, c, namespace, name, schedulerName)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	p := s.Pod
+	if p.Spec.NodeName != "" {
+		fmt.Fprintf(&b, "%s/%s runs on %s.\n", namespace, name, p.Spec.NodeName)
+		r := doctor.Pod(s, o)
+		for _, ch := range r.Checks {
+			if ch.Layer == doctor.LayerPermissions || ch.Status == doctor.Skipped {
+				continue
+			}
+			fmt.Fprintf(&b, "  %s: %s\n", ch.Name, ch.Detail)
+			if ch.Fix != "" && (ch.Status == doctor.Fail || ch.Status == doctor.Warn) {
+				fmt.Fprintf(&b, "    fix: %s\n", ch.Fix)
+			}
+		}
+		return b.String(), nil
+	}
+	fmt.Fprintf(&b, "%s/%s is Pending.\n", namespace, name)
+	events, err := c.Kube.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.SelectorFromSet(fields.Set{"involvedObject.name": name}).String()})
+	if err != nil {
+		return "", fmt.Errorf("events of %s/%s: %w", namespace, name, err)
+	}
+	var last *corev1.Event
+	for i := range events.Items {
+		e := &events.Items[i]
+		if e.Reason == "FailedScheduling" && (last == nil || e.LastTimestamp.After(last.LastTimestamp.Time) || e.EventTime.After(last.EventTime.Time)) {
+			last = e
+		}
+	}
+	if last != nil {
+		fmt.Fprintf(&b, "The scheduler (%s) said: %s\n", orDefault(p.Spec.SchedulerName, "default-scheduler"), last.Message)
+	} else {
+		b.WriteString("No FailedScheduling event yet.\n")
+	}
+	gpus, rdma, level := request(p, o)
+	if gpus == 0 {
+		b.WriteString("It asks for no GPU: nicaffinity has nothing to say about it.\n")
+		return b.String(), nil
+	}
+	list, err := c.Dynamic.Resource(nrtResource).List(ctx, metav1.ListOptions{Limit: maxNodes})
+	if err != nil {
+		return "", fmt.Errorf("listing NodeResourceTopologies: %w", err)
+	}
+	need := "a GPU"
+	if rdma {
+		need = "a NIC at " + level.String() + " or closer"
+	}
+	fmt.Fprintf(&b, "\nIt asks for %d GPUs, each with %s. What each node's object offers:\n\n", gpus, need)
+	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "NODE\tFREE GPUS\tWITH A NIC AT %s\tNOTE\n", level)
+	li, _ := nrt.LevelIndex(level)
+	rows := 0
+	for i := range list.Items {
+		obj, err := nrt.Decode(&list.Items[i])
+		note := ""
+		var comp *nrt.Compiled
+		if err == nil {
+			comp, err = nrt.Compile(obj, o.GPUResource)
+		}
+		if err != nil {
+			fmt.Fprintf(w, "%s\t-\t-\tcannot be used: %s\n", list.Items[i].GetName(), err)
+			rows++
+			continue
+		}
+		free, near := comp.Free.Count(), (comp.Free & comp.AnyNear[li]).Count()
+		switch {
+		case rdma && near >= gpus || !rdma && free >= gpus:
+			note = "fits by its object (CPU, memory or other plugins may still refuse it)"
+		case comp.HostBlock != "":
+			note = "GPUDirect RDMA cannot run: " + comp.HostBlock
+		case rdma:
+			note = blockedNote(comp, level)
+		}
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\n", obj.Name, free, near, note)
+		rows++
+	}
+	w.Flush()
+	if rows == 0 {
+		b.WriteString("(no NodeResourceTopology objects: is the exporter running? nicaffinity doctor cluster)\n")
+	}
+	return b.String(), nil
+}
+
+// blockedNote says why free GPUs that have a close enough NIC on paper do
+// not count: GPUDirect RDMA cannot run on those paths.
+func blockedNote(c *nrt.Compiled, level topology.Level) string {
+	n, first := 0, ""
+	for g, gpu := range c.GPUs {
+		if c.Free&(nrt.GPUSet(1)<<g) == 0 || gpu.Blocked == nil {
+			continue
+		}
+		for i, why := range gpu.Blocked {
+			if why != "" && gpu.Published[i] <= level {
+				n++
+				if first == "" {
+					first = why
+				}
+			}
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("GPUDirect RDMA impossible on %d close path(s): %s", n, first)
+}
+
+// request reads what the pod asks of nicaffinity: GPUs, whether it needs a
+// NIC, and the worst level it accepts.
+func request(p *corev1.Pod, o doctor.ClusterOptions) (gpus int, rdma bool, level topology.Level) {
+	level = topology.LevelPXB
+	if l, err := annotations.ParseMaxLevel(p.Annotations[annotations.MaxLevel]); err == nil && p.Annotations[annotations.MaxLevel] != "" {
+		level = l
+	}
+	rdma = p.Annotations[annotations.RDMA] == "true"
+	for _, c := range p.Spec.Containers {
+		for res, q := range c.Resources.Limits {
+			if string(res) == o.GPUResource {
+				gpus += int(q.Value())
+			}
+			for _, prefix := range o.RDMAPrefixes {
+				rdma = rdma || strings.HasPrefix(string(res), prefix)
+			}
+			for _, s := range o.SRIOV {
+				rdma = rdma || string(res) == s
+			}
+		}
+	}
+	return gpus, rdma, level
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
