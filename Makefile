@@ -10,7 +10,7 @@ DEMO_PROFILE ?= oci-bm-gpu-h100-8-8gpu-8x2portcx7
 DEMO_REPORT ?= _output/demo
 FUZZTIME     ?= 10s
 
-.PHONY: all build test test-compat vet demo demo-large demo-topo bench fuzz clean
+.PHONY: all build images test test-compat vet demo demo-large demo-topo bench fuzz clean
 
 all: build
 
@@ -25,6 +25,27 @@ LDFLAGS  := -X github.com/nicaffinity/nicaffinity/pkg/version.Version=$(VERSION)
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
+
+# Container images (images/*.Dockerfile), tagged with the release, with
+# docker or podman, whichever is installed (CONTAINER_TOOL= to choose).
+IMAGE_REPO     ?= ghcr.io/nicaffinity
+IMAGES         := scheduler topology-exporter allocation-proxy
+# Image tags allow no "+": v0.37.0-dev+abc1234 becomes v0.37.0-dev-abc1234.
+IMAGE_TAG      := $(subst +,-,$(VERSION))
+CONTAINER_TOOL ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
+images:
+	@if [ -z "$(CONTAINER_TOOL)" ]; then \
+	  echo "make images: neither docker nor podman is installed here. Install one (or set CONTAINER_TOOL=...) and run it again; images/*.Dockerfile are the recipes."; \
+	  exit 1; \
+	fi
+	@if ! $(CONTAINER_TOOL) info >/dev/null 2>&1; then \
+	  echo "make images: $(CONTAINER_TOOL) is installed but cannot reach its engine ($(CONTAINER_TOOL) info fails): start it, or use another machine."; \
+	  exit 1; \
+	fi
+	@set -e; for i in $(IMAGES); do \
+	  echo "$(CONTAINER_TOOL) build $(IMAGE_REPO)/$$i:$(IMAGE_TAG)"; \
+	  $(CONTAINER_TOOL) build -f images/$$i.Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE_REPO)/$$i:$(IMAGE_TAG) . ; \
+	done
 
 vet:
 	$(GO) vet ./...
