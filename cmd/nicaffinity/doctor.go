@@ -10,10 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/doctor"
@@ -146,27 +143,7 @@ func listDir(dir string) []string {
 }
 
 func (o *doctorOptions) clients() (doctor.Clients, error) {
-	cfg := o.restConfig
-	if cfg == nil {
-		rules := clientcmd.NewDefaultClientConfigLoadingRules()
-		rules.ExplicitPath = o.kubeconfig
-		var err error
-		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-		if err != nil {
-			return doctor.Clients{}, fmt.Errorf("kubeconfig: %w", err)
-		}
-	}
-	cfg = rest.CopyConfig(cfg)
-	cfg.Timeout = o.timeout
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return doctor.Clients{}, err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return doctor.Clients{}, err
-	}
-	return doctor.Clients{Kube: kube, Dynamic: dyn}, nil
+	return doctor.NewClients(o.restConfig, o.kubeconfig, o.timeout)
 }
 
 // withClients runs f with API clients and a context bounded by --timeout.

@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 )
@@ -22,6 +24,31 @@ var nrtResource = v1alpha2.SchemeGroupVersion.WithResource("noderesourcetopologi
 type Clients struct {
 	Kube    kubernetes.Interface
 	Dynamic dynamic.Interface
+}
+
+// NewClients builds the clients from cfg, or when cfg is nil from a
+// kubeconfig: path, else $KUBECONFIG, ~/.kube/config, then in-cluster.
+// Every request is bounded by timeout.
+func NewClients(cfg *rest.Config, kubeconfig string, timeout time.Duration) (Clients, error) {
+	if cfg == nil {
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		rules.ExplicitPath = kubeconfig
+		var err error
+		if cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig(); err != nil {
+			return Clients{}, fmt.Errorf("kubeconfig: %w", err)
+		}
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.Timeout = timeout
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return Clients{}, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return Clients{}, err
+	}
+	return Clients{Kube: kube, Dynamic: dyn}, nil
 }
 
 // GatherCluster reads what Cluster checks. Objects that are absent are

@@ -8,10 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nicaffinity/nicaffinity/pkg/doctor"
 	"github.com/nicaffinity/nicaffinity/pkg/version"
@@ -98,28 +95,13 @@ func NewCommand(o *Options) *cobra.Command {
 }
 
 func (o *Options) with(cmd *cobra.Command, f func(context.Context, doctor.Clients) error) error {
-	cfg := o.RESTConfig
-	if cfg == nil {
-		rules := clientcmd.NewDefaultClientConfigLoadingRules()
-		rules.ExplicitPath = o.Kubeconfig
-		var err error
-		if cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig(); err != nil {
-			return fmt.Errorf("kubeconfig: %w", err)
-		}
-	}
-	cfg = rest.CopyConfig(cfg)
-	cfg.Timeout = o.Timeout
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	c, err := doctor.NewClients(o.RESTConfig, o.Kubeconfig, o.Timeout)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), o.Timeout)
 	defer cancel()
-	return f(ctx, doctor.Clients{Kube: kube, Dynamic: dyn})
+	return f(ctx, c)
 }
 
 func writeJSON(w io.Writer, v any) error {
