@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/pprof"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -82,20 +81,12 @@ func (o *benchOptions) run(out, progress io.Writer) error {
 		return fmt.Errorf("--rounds %d: want 1 to 100", spec.Rounds)
 	}
 	fmt.Fprintf(progress, "creating %d nodes, then %d round(s) of 4 batches of %d pods (A B B A, B A A B, ...)...\n", spec.Nodes, spec.Rounds, spec.Pods)
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return err
 	}
 	report, err := sim.Bench(cmdContext(), spec, progress)
-	if o.cpuProfile != "" {
-		pprof.StopCPUProfile()
-	}
+	stopProfile()
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -134,20 +133,12 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 		plans = append(plans, plan)
 	}
 	rep := sim.NewReport(plans[0], cols)
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return err
 	}
 	results, err := o.runAll(ctx, plans, cols, progress)
-	if o.cpuProfile != "" {
-		pprof.StopCPUProfile()
-	}
+	stopProfile()
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,7 @@ func Node(t *topology.Topology, o NodeOptions) Report {
 	if t.GPUDirect != nil {
 		g = *t.GPUDirect
 	}
+	m := t.Matrix()
 	var pfs []topology.NIC
 	for _, n := range t.NICs {
 		if n.PhysFn == "" {
@@ -92,7 +93,7 @@ func Node(t *topology.Topology, o NodeOptions) Report {
 			b.unknown("nvidia-peermem or dma-buf", fmt.Sprintf("nvidia-peermem %s, nvidia module %s, kernel %s", topology.Show(g.PeerMem), topology.Show(g.NVIDIAModule), topology.Show(g.KernelRelease)),
 				"run doctor on the host itself (it reads /sys/module and the running kernel)")
 		}
-		acs(b, t, o.MaxLevel)
+		acs(b, t, m, o.MaxLevel)
 		switch g.IOMMU {
 		case topology.IOMMUOff, topology.IOMMUPassthru:
 			b.pass("IOMMU", g.IOMMU)
@@ -116,7 +117,6 @@ func Node(t *topology.Topology, o NodeOptions) Report {
 	}
 
 	if b.startLayer(LayerTopology) {
-		m := t.Matrix()
 		for i, gpu := range t.GPUs {
 			best, bestLevel := "", topology.LevelSYS+1
 			for j, n := range t.NICs {
@@ -169,8 +169,7 @@ func verbs(b *builder, g topology.GPUDirect, pfs []topology.NIC, dev []string) {
 
 // acs checks every GPU-NIC pair at the aligned level or closer: those are
 // the paths where ACS turns peer-to-peer traffic back to the root complex.
-func acs(b *builder, t *topology.Topology, maxLevel topology.Level) {
-	m := t.Matrix()
+func acs(b *builder, t *topology.Topology, m *topology.Matrix, maxLevel topology.Level) {
 	redirect, unknown := map[string][]string{}, map[string]bool{}
 	var order []string
 	pairs := 0

@@ -15,11 +15,12 @@ import (
 // Standard attributes (resource.kubernetes.io) that DRA drivers publish
 // for PCI devices: the root complex a device hangs under, and its address.
 const (
-	Domain        = "resource.kubernetes.io"
-	AttrPCIeRoot  = Domain + "/pcieRoot"
-	AttrPCIBusID  = Domain + "/pciBusID"
-	SwitchAttr    = "nicaffinity.io/pcieSwitch"
-	switchAttrCEL = "pcieSwitch"
+	Domain       = "resource.kubernetes.io"
+	AttrPCIeRoot = Domain + "/pcieRoot"
+	AttrPCIBusID = Domain + "/pciBusID"
+	// SwitchAttr is the derived attribute that names a device's
+	// alignment group.
+	SwitchAttr = "nicaffinity.io/pcieSwitch"
 )
 
 // Pair is one GPU and one NIC (an RDMA PF) of a machine.

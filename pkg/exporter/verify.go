@@ -123,12 +123,13 @@ func (v *Verifier) Verify(p PodView) (Verdict, bool) {
 		og := annotations.ObservedGPU{BusID: gpu.PCI.Address, UUID: gpu.UUID}
 		if wantsRDMA {
 			best, bestUsable := -1, topology.LevelSYS+1
+			var blocks []string
 			for n := range v.Topology.NICs {
 				if !candidates[n] {
 					continue
 				}
-				if l, _ := usable(g, n); l < bestUsable || l == bestUsable && n < best {
-					best, bestUsable = n, l
+				if l, why := usable(g, n); l < bestUsable || l == bestUsable && n < best {
+					best, bestUsable, blocks = n, l, why
 				}
 			}
 			if best >= 0 {
@@ -138,7 +139,6 @@ func (v *Verifier) Verify(p PodView) (Verdict, bool) {
 					seenNIC[best] = true
 					out.Observed.NICs = append(out.Observed.NICs, og.NIC)
 				}
-				_, blocks := usable(g, best)
 				for _, b := range blocks {
 					if !slices.Contains(out.Observed.GPUDirect, b) {
 						out.Observed.GPUDirect = append(out.Observed.GPUDirect, b)

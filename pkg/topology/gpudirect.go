@@ -151,12 +151,8 @@ func (t *Topology) ACSOnPath(gpu, nic PCIFunction) (redirect, unknown []string) 
 	for common < len(gpu.Bridges) && common < len(nic.Bridges) && gpu.Bridges[common] == nic.Bridges[common] {
 		common++
 	}
-	state := make(map[string]string, len(t.Bridges))
-	for _, b := range t.Bridges {
-		state[b.Address] = b.ACS
-	}
 	for _, b := range append(slices.Clone(gpu.Bridges[common:]), nic.Bridges[common:]...) {
-		switch state[b] {
+		switch t.bridgeACS(b) {
 		case ACSRedirect:
 			redirect = append(redirect, b)
 		case Unknown:
@@ -164,6 +160,15 @@ func (t *Topology) ACSOnPath(gpu, nic PCIFunction) (redirect, unknown []string) 
 		}
 	}
 	return redirect, unknown
+}
+
+// bridgeACS is the ACS state of the bridge at addr (a path holds a few
+// bridges, a node some tens: a scan, without building an index per call).
+func (t *Topology) bridgeACS(addr string) string {
+	if i := slices.IndexFunc(t.Bridges, func(b Bridge) bool { return b.Address == addr }); i >= 0 {
+		return t.Bridges[i].ACS
+	}
+	return Unknown
 }
 
 // PathBlocks lists why GPUDirect RDMA cannot run between GPU g and NIC n

@@ -33,9 +33,6 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	})
 	registerOnce sync.Once
-	// rejected holds the counter of each reason, resolved once: Filter
-	// counts on its hot path, without the label lookup.
-	rejected map[string]metrics.CounterMetric
 )
 
 // Rejection reasons (the reason label).
@@ -63,15 +60,11 @@ const (
 func registerMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(placements, rejections, topologyNodes, reservations)
-		rejected = map[string]metrics.CounterMetric{}
-		for _, r := range []string{reasonMissing, reasonUnreadable, reasonStale, reasonLagging, reasonNoAligned, reasonTooFew, reasonNoVF, reasonNoGPUDirect} {
-			rejected[r] = rejections.WithLabelValues(r)
-		}
 	})
 }
 
 // reject counts one rejection.
-func reject(reason string) { rejected[reason].Inc() }
+func reject(reason string) { rejections.WithLabelValues(reason).Inc() }
 
 // unusableReason maps why a node has no usable view to a reason label.
 func unusableReason(why string) string {
