@@ -23,8 +23,13 @@ LDFLAGS  := -X github.com/nicaffinity/nicaffinity/pkg/version.Version=$(VERSION)
             -X k8s.io/component-base/version.gitVersion=v1.37.2-nicaffinity.$(VERSION) \
             -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37
 
+# grpcnotrace leaves out gRPC's golang.org/x/net/trace and with it
+# html/template: 4.6 MB less binary, which is most of the exporter's
+# resident memory (docs/exporter.md, Footprint). The images build the same.
+GOTAGS   ?= grpcnotrace
+
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
+	$(GO) build -tags "$(GOTAGS)" -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
 # Container images (images/*.Dockerfile), tagged with the release, with
 # docker or podman, whichever is installed (CONTAINER_TOOL= to choose).

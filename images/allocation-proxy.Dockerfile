@@ -11,7 +11,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
+RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -tags grpcnotrace \
       -ldflags "-s -w -X github.com/nicaffinity/nicaffinity/pkg/version.Version=${VERSION}" \
       -o /out/allocation-proxy ./cmd/allocation-proxy
 

@@ -11,7 +11,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
+RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -tags grpcnotrace \
       -ldflags "-s -w -X github.com/nicaffinity/nicaffinity/pkg/version.Version=${VERSION} -X k8s.io/component-base/version.gitVersion=v1.37.2-nicaffinity.${VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37" \
       -o /out/scheduler ./cmd/scheduler
 

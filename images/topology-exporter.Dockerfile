@@ -13,7 +13,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=1 CGO_CFLAGS=-Wno-deprecated-declarations go build -trimpath \
+RUN CGO_ENABLED=1 CGO_CFLAGS=-Wno-deprecated-declarations go build -trimpath -tags grpcnotrace \
       -ldflags "-s -w -X github.com/nicaffinity/nicaffinity/pkg/version.Version=${VERSION}" \
       -o /out/topology-exporter ./cmd/topology-exporter
 

@@ -17,10 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	nrtclient "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/generated/clientset/versioned"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -206,17 +204,11 @@ func (o *options) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kube, err := typedcorev1.NewForConfig(rc)
+	client, err := exporter.NewClient(rc)
 	if err != nil {
 		return err
 	}
-	jsonCfg := rest.CopyConfig(rc)
-	jsonCfg.ContentType, jsonCfg.AcceptContentTypes = "application/json", "application/json"
-	nrtc, err := nrtclient.NewForConfig(jsonCfg)
-	if err != nil {
-		return err
-	}
-	exp := exporter.New(cfg, disc, src, kube, exporter.ApplyPublisher{Client: nrtc}, nil)
+	exp := exporter.New(cfg, disc, src, client, exporter.ApplyPublisher{Client: client}, nil)
 	if o.oneshot {
 		return exp.Sync(ctx)
 	}

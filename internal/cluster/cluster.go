@@ -138,7 +138,11 @@ func (n *Node) StartExporter() {
 	cfg.MinWriteInterval, cfg.ResyncPeriod = n.opts.MinWriteInterval, n.opts.ResyncPeriod
 	cfg.MaxBackoff = 2 * time.Second
 	cfg.Resources.SRIOV = []string{n.opts.SRIOVResource}
-	exp := exporter.New(cfg, n.disc, src, n.cluster.CP.Kube.CoreV1(), exporter.ApplyPublisher{Client: n.cluster.CP.NRT}, nil)
+	client, err := exporter.NewClient(n.cluster.CP.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := exporter.New(cfg, n.disc, src, client, exporter.ApplyPublisher{Client: client}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel, n.done = cancel, make(chan struct{})
 	done := n.done

@@ -14,19 +14,15 @@ import (
 	"time"
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
-	nrtclient "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/generated/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
@@ -34,13 +30,6 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
-
-// eventScheme knows core/v1 alone, which is all the events refer to.
-var eventScheme = func() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(corev1.AddToScheme(s))
-	return s
-}()
 
 // FieldManager is the server-side apply field manager of the exporter.
 const FieldManager = nrt.ExporterFieldManager
@@ -102,7 +91,7 @@ type Publisher interface {
 // the apply with a conflict and the object stays theirs. Publish then
 // returns a *ForeignOwnerError naming them.
 type ApplyPublisher struct {
-	Client nrtclient.Interface
+	Client NRTClient
 }
 
 // ForeignOwnerError says that another field manager owns the node's object,
@@ -123,14 +112,12 @@ func (p ApplyPublisher) Publish(ctx context.Context, obj *v1alpha2.NodeResourceT
 	if err != nil {
 		return err
 	}
-	force := false
-	_, err = p.Client.TopologyV1alpha2().NodeResourceTopologies().Patch(ctx, obj.Name, types.ApplyPatchType, body,
-		metav1.PatchOptions{FieldManager: FieldManager, Force: &force})
+	err = p.Client.ApplyNRT(ctx, obj.Name, body)
 	if !apierrors.IsConflict(err) {
 		return err
 	}
 	// The conflict names the managers in prose; the object names them exactly.
-	cur, getErr := p.Client.TopologyV1alpha2().NodeResourceTopologies().Get(ctx, obj.Name, metav1.GetOptions{})
+	cur, getErr := p.Client.GetNRT(ctx, obj.Name)
 	if getErr != nil {
 		return fmt.Errorf("%w (and reading the object to name its other writers: %v)", err, getErr)
 	}
@@ -146,12 +133,10 @@ type Exporter struct {
 	cfg      Config
 	discover Discoverer
 	source   podresources.Source
-	// kube is only the core/v1 client: the exporter needs pods and events,
-	// and the full clientset with every API group would triple its memory.
-	kube     typedcorev1.CoreV1Interface
+	kube     Kube
 	pub      Publisher
 	metrics  *Metrics
-	recorder record.EventRecorder
+	events   chan *corev1.Event
 
 	trigger chan struct{}
 	// started and lastSync (unix nanoseconds) tell health: see Healthy.
@@ -176,14 +161,14 @@ type Exporter struct {
 }
 
 // New builds an exporter. kube and pub may be nil for --no-publish use (Build only).
-func New(cfg Config, d Discoverer, src podresources.Source, kube typedcorev1.CoreV1Interface, pub Publisher, m *Metrics) *Exporter {
+func New(cfg Config, d Discoverer, src podresources.Source, kube Kube, pub Publisher, m *Metrics) *Exporter {
 	if m == nil {
 		m = NewMetrics()
 	}
 	if cfg.SyncTimeout <= 0 {
 		cfg.SyncTimeout = 30 * time.Second
 	}
-	e := &Exporter{cfg: cfg, discover: d, source: src, kube: kube, pub: pub, metrics: m, trigger: make(chan struct{}, 1), now: time.Now}
+	e := &Exporter{cfg: cfg, discover: d, source: src, kube: kube, pub: pub, metrics: m, trigger: make(chan struct{}, 1), events: make(chan *corev1.Event, eventQueue), now: time.Now}
 	e.started.Store(e.now().UnixNano())
 	return e
 }
@@ -310,10 +295,7 @@ func (e *Exporter) Run(ctx context.Context) error {
 	if e.kube == nil || e.pub == nil {
 		return errors.New("exporter: Run needs Kubernetes clients")
 	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: e.kube.Events("")})
-	defer broadcaster.Shutdown()
-	e.recorder = broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: FieldManager, Host: e.cfg.NodeName})
+	go e.writeEvents(ctx)
 
 	selector := fields.OneTermEqualSelector("spec.nodeName", e.cfg.NodeName).String()
 	// The wrapper lets the reflector see whether the client can stream
@@ -321,11 +303,11 @@ func (e *Exporter) Run(ctx context.Context) error {
 	informer := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = selector
-			return e.kube.Pods(metav1.NamespaceAll).List(ctx, o)
+			return e.kube.ListPods(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = selector
-			return e.kube.Pods(metav1.NamespaceAll).Watch(ctx, o)
+			return e.kube.WatchPods(ctx, o)
 		},
 	}, e.kube), &corev1.Pod{}, e.cfg.ResyncPeriod, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -439,21 +421,17 @@ func (e *Exporter) setForeign(f *ForeignOwnerError) {
 		return
 	}
 	e.metrics.Blocked.Reset()
-	node := &corev1.ObjectReference{Kind: "Node", Name: e.cfg.NodeName, UID: types.UID(e.cfg.NodeName)}
+	node := corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: e.cfg.NodeName, UID: types.UID(e.cfg.NodeName)}
 	if f == nil {
 		klog.InfoS("NodeResourceTopology is nicaffinity's again: writing it", "node", e.cfg.NodeName)
-		if e.recorder != nil {
-			e.recorder.Event(node, corev1.EventTypeNormal, "TopologyPublished", "nicaffinity's exporter writes this node's NodeResourceTopology again")
-		}
+		e.emit(node, corev1.EventTypeNormal, "TopologyPublished", "nicaffinity's exporter writes this node's NodeResourceTopology again")
 		return
 	}
 	for _, m := range f.Managers {
 		e.metrics.Blocked.WithLabelValues(m).Set(1)
 	}
 	klog.ErrorS(f, "Not writing the node's NodeResourceTopology", "node", e.cfg.NodeName, "managers", f.Managers)
-	if e.recorder != nil {
-		e.recorder.Event(node, corev1.EventTypeWarning, "TopologyOwnedElsewhere", f.Error())
-	}
+	e.emit(node, corev1.EventTypeWarning, "TopologyOwnedElsewhere", f.Error())
 }
 
 func (e *Exporter) logProblems(problems []nrt.Problem) {
@@ -533,7 +511,7 @@ func (e *Exporter) verifyPods(ctx context.Context, snap podresources.Snapshot) {
 			continue
 		}
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annotations.ObservedKey: value}}})
-		if _, err := e.kube.Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+		if err := e.kube.PatchPod(ctx, p.Namespace, p.Name, patch); err != nil {
 			klog.ErrorS(err, "Writing the observed placement", "pod", klog.KObj(pod))
 			continue
 		}
@@ -545,10 +523,11 @@ func (e *Exporter) verifyPods(ctx context.Context, snap podresources.Snapshot) {
 		}
 		aligned := fmt.Sprint(verdict.Observed.Aligned)
 		e.metrics.Verifications.WithLabelValues(verdict.Observed.Level, aligned).Inc()
+		ref := corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, ResourceVersion: pod.ResourceVersion}
 		if verdict.Observed.Aligned {
-			e.recorder.Event(pod, corev1.EventTypeNormal, "Aligned", verdict.Message())
+			e.emit(ref, corev1.EventTypeNormal, "Aligned", verdict.Message())
 		} else {
-			e.recorder.Event(pod, corev1.EventTypeWarning, "Misaligned", verdict.Message())
+			e.emit(ref, corev1.EventTypeWarning, "Misaligned", verdict.Message())
 		}
 	}
 }

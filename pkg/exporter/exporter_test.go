@@ -13,7 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
@@ -198,11 +200,30 @@ func (m *memoryPublisher) last() *v1alpha2.NodeResourceTopology {
 	return m.obj
 }
 
-// fakeCore tells the reflector, as the fake Clientset itself does, that the
-// fake cannot stream watch-lists.
+// fakeCore serves Kube from client-go's fake clientset, and tells the
+// reflector, as the fake Clientset itself does, that the fake cannot stream
+// watch-lists.
 type fakeCore struct{ typedcorev1.CoreV1Interface }
 
 func (fakeCore) IsWatchListSemanticsUnSupported() bool { return true }
+
+func (f fakeCore) ListPods(ctx context.Context, o metav1.ListOptions) (*corev1.PodList, error) {
+	return f.Pods("").List(ctx, o)
+}
+
+func (f fakeCore) WatchPods(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	return f.Pods("").Watch(ctx, o)
+}
+
+func (f fakeCore) PatchPod(ctx context.Context, ns, name string, patch []byte) error {
+	_, err := f.Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	return err
+}
+
+func (f fakeCore) CreateEvent(ctx context.Context, e *corev1.Event) error {
+	_, err := f.Events(e.Namespace).Create(ctx, e, metav1.CreateOptions{})
+	return err
+}
 
 // TestRunRetriesRefusedWrites: the apiserver refuses the first writes; the
 // exporter retries with backoff and publishes without any new trigger.

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	nrtv1alpha2 "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
-	nrtclient "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/generated/clientset/versioned"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -79,7 +78,7 @@ func TestAdmissionPolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	nrtGVR := nrtv1alpha2.SchemeGroupVersion.WithResource("noderesourcetopologies")
-	expNRT, err := nrtclient.NewForConfig(controlplane.JSONConfig(exp.config))
+	expNRT, err := exporter.NewClient(exp.config)
 	if err != nil {
 		t.Fatal(err)
 	}

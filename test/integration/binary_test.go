@@ -8,11 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
@@ -22,26 +25,39 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
-// TestExporterBinary runs the built cmd/topology-exporter as the DaemonSet
-// would (flags, kubeconfig, metrics endpoint) against the in-process apiserver
-// and reports its memory on an 8-GPU, 8-NIC node.
-func TestExporterBinary(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "topology-exporter")
-	build := exec.Command("go", "build", "-o", bin, "github.com/nicaffinity/nicaffinity/cmd/topology-exporter")
+// exporterBinary builds cmd/topology-exporter as the images do (see
+// images/topology-exporter.Dockerfile: the grpcnotrace tag).
+func exporterBinary(tb testing.TB) string {
+	tb.Helper()
+	bin := filepath.Join(tb.TempDir(), "topology-exporter")
+	build := exec.Command("go", "build", "-tags", "grpcnotrace", "-o", bin, "github.com/nicaffinity/nicaffinity/cmd/topology-exporter")
 	build.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the exporter: %v\n%s", err, out)
+		tb.Fatalf("building the exporter: %v\n%s", err, out)
 	}
-	cp := controlplane.Start(t)
+	return bin
+}
+
+// runningExporter is the built exporter, running as the DaemonSet would
+// (flags, kubeconfig, metrics endpoint) against the in-process apiserver,
+// on an 8-GPU, 8-NIC node (HGX H100) whose object it has published and
+// whose /readyz answers 200.
+type runningExporter struct {
+	cmd         *exec.Cmd
+	metricsAddr string
+}
+
+func startExporterBinary(tb testing.TB, cp *controlplane.ControlPlane, bin string) *runningExporter {
+	tb.Helper()
+	dir := tb.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	sysRoot := filepath.Join(dir, "sys")
 	topo, err := sysfstest.Discover(sysRoot, sysfstest.HGXH100)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	kubelet := podresourcestest.New(filepath.Join(dir, "kubelet.sock"))
 	var offered []podresources.Device
@@ -50,29 +66,29 @@ func TestExporterBinary(t *testing.T) {
 	}
 	kubelet.SetAllocatable(offered)
 	if err := kubelet.Start(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer kubelet.Stop()
+	tb.Cleanup(kubelet.Stop)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	metricsAddr := l.Addr().String()
 	l.Close()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "--node-name="+node, "--sysfs-root="+sysRoot, "--podresources-socket="+kubelet.Socket,
 		"--kubeconfig="+kubeconfig, "--metrics-bind-address="+metricsAddr, "--nvml=off", "--kubelet-config="+filepath.Join(dir, "none"), "-v=1")
-	cmd.Stderr = &prefixWriter{t: t}
+	cmd.Stderr = &prefixWriter{tb: tb}
 	cmd.Env = append(os.Environ(), os.Getenv("EXPORTER_ENV"))
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		cancel()
+		tb.Fatal(err)
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	tb.Cleanup(func() { cancel(); _ = cmd.Wait() })
 
 	env := &exporterEnv{cp: cp}
-	env.waitNRT(t, "the binary's object", func(o *v1alpha2.NodeResourceTopology) bool {
+	env.waitNRT(tb, "the binary's object", func(o *v1alpha2.NodeResourceTopology) bool {
 		return zoneRes(o, "node-1", "nvidia.com/gpu") == "4/4/4"
 	})
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -83,9 +99,16 @@ func TestExporterBinary(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, nil
 	}); err != nil {
-		t.Fatalf("/readyz never answered 200: %v", err)
+		tb.Fatalf("/readyz never answered 200: %v", err)
 	}
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	return &runningExporter{cmd: cmd, metricsAddr: metricsAddr}
+}
+
+// TestExporterBinary runs the built exporter and reads its metrics.
+func TestExporterBinary(t *testing.T) {
+	cp := controlplane.Start(t)
+	exp := startExporterBinary(t, cp, exporterBinary(t))
+	resp, err := http.Get("http://" + exp.metricsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,12 +117,54 @@ func TestExporterBinary(t *testing.T) {
 	if !strings.Contains(body.String(), `nicaffinity_exporter_publishes_total{result="written"} 1`) {
 		t.Errorf("metrics lack one written publish:\n%s", grep(body.String(), "nicaffinity_"))
 	}
-	time.Sleep(2 * time.Second) // settle, then read memory
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
-	if err != nil {
-		t.Fatal(err)
+}
+
+// BenchmarkExporterRSS reports the built exporter's resident memory once it
+// has published an 8-GPU, 8-NIC node and settled (docs/exporter.md,
+// Footprint): RSS-MiB (VmRSS), peak-MiB (VmHWM), anon-MiB and file-MiB.
+// Each iteration starts a fresh process; run with -benchtime=1x -count=N.
+// Most of the RSS is the binary's own pages: its size is what to watch.
+func BenchmarkExporterRSS(b *testing.B) {
+	cp := controlplane.Start(b)
+	bin := exporterBinary(b)
+	var rss, hwm, anon, file float64
+	for b.Loop() {
+		if err := cp.NRT.TopologyV1alpha2().NodeResourceTopologies().Delete(context.Background(), node, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			b.Fatal(err)
+		}
+		exp := startExporterBinary(b, cp, bin)
+		time.Sleep(2 * time.Second) // settle, then read
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", exp.cmd.Process.Pid))
+		if err != nil {
+			b.Fatal(err)
+		}
+		rss = max(rss, statusMiB(b, status, "VmRSS"))
+		hwm = max(hwm, statusMiB(b, status, "VmHWM"))
+		anon = max(anon, statusMiB(b, status, "RssAnon"))
+		file = max(file, statusMiB(b, status, "RssFile"))
+		_ = exp.cmd.Process.Kill()
+		_ = exp.cmd.Wait()
 	}
-	t.Logf("exporter memory on an 8-GPU, 8-NIC node: %s, %s", grep(string(status), "VmRSS"), grep(string(status), "VmHWM"))
+	b.ReportMetric(rss, "RSS-MiB")
+	b.ReportMetric(hwm, "peak-MiB")
+	b.ReportMetric(anon, "anon-MiB")
+	b.ReportMetric(file, "file-MiB")
+}
+
+// statusMiB reads a "Key:   1234 kB" line of /proc/PID/status, in MiB.
+func statusMiB(tb testing.TB, status []byte, key string) float64 {
+	tb.Helper()
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, key+":"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			if err != nil {
+				tb.Fatalf("/proc status %q: %v", line, err)
+			}
+			return kb / 1024
+		}
+	}
+	tb.Fatalf("/proc status has no %s", key)
+	return 0
 }
 
 func readAll(resp *http.Response) string {
@@ -126,9 +191,9 @@ func grep(text, substr string) string {
 }
 
 // prefixWriter sends the binary's log to the test log.
-type prefixWriter struct{ t *testing.T }
+type prefixWriter struct{ tb testing.TB }
 
 func (w *prefixWriter) Write(p []byte) (int, error) {
-	w.t.Logf("exporter: %s", strings.TrimRight(string(p), "\n"))
+	w.tb.Logf("exporter: %s", strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }

@@ -231,7 +231,11 @@ func runExporter(t *testing.T, ctx context.Context, cp *controlplane.ControlPlan
 	cfg := exporter.DefaultConfig(nodeName)
 	cfg.ResyncPeriod, cfg.MaxBackoff = resync, time.Second
 	cfg.TopologyManagerPolicy, cfg.TopologyManagerScope = "single-numa-node", "pod"
-	exp := exporter.New(cfg, disc, src, cp.Kube.CoreV1(), exporter.ApplyPublisher{Client: cp.NRT}, nil)
+	client, err := exporter.NewClient(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := exporter.New(cfg, disc, src, client, exporter.ApplyPublisher{Client: client}, nil)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- exp.Run(ctx) }()

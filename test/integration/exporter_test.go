@@ -70,7 +70,11 @@ func startExporter(t *testing.T, resync time.Duration) *exporterEnv {
 	cfg := exporter.DefaultConfig(node)
 	cfg.ResyncPeriod = resync
 	cfg.MaxBackoff = 2 * time.Second
-	exp := exporter.New(cfg, disc, src, env.cp.Kube.CoreV1(), exporter.ApplyPublisher{Client: env.cp.NRT}, nil)
+	client, err := exporter.NewClient(env.cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := exporter.New(cfg, disc, src, client, exporter.ApplyPublisher{Client: client}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	env.cancel, env.done = cancel, make(chan error, 1)
 	go func() { env.done <- exp.Run(ctx) }()
@@ -88,7 +92,7 @@ func (env *exporterEnv) nrt(ctx context.Context) (*v1alpha2.NodeResourceTopology
 }
 
 // waitNRT waits until cond holds on the published object and returns how long that took.
-func (env *exporterEnv) waitNRT(t *testing.T, what string, cond func(*v1alpha2.NodeResourceTopology) bool) time.Duration {
+func (env *exporterEnv) waitNRT(t testing.TB, what string, cond func(*v1alpha2.NodeResourceTopology) bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
