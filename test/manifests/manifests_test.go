@@ -168,6 +168,7 @@ func TestManifests(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	var us []*unstructured.Unstructured
 	for _, obj := range objs {
 		u := &unstructured.Unstructured{}
 		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
@@ -181,6 +182,17 @@ func TestManifests(t *testing.T) {
 				u.SetGroupVersionKind(gvks[0])
 			}
 		}
+		us = append(us, u)
+	}
+	dryRunApply(t, dyn, mapper, us)
+}
+
+// dryRunApply applies each object with server-side dry-run: the apiserver
+// defaults, validates and admits it as for a real install.
+func dryRunApply(t *testing.T, dyn dynamic.Interface, mapper meta.RESTMapper, objs []*unstructured.Unstructured) {
+	t.Helper()
+	ctx := context.Background()
+	for _, u := range objs {
 		gvk := u.GroupVersionKind()
 		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
@@ -223,6 +235,14 @@ func firstLines(b []byte) string {
 
 func checkSchedulerConfig(t *testing.T, text string) {
 	t.Helper()
+	checkSchedulerConfigNamed(t, text, "nicaffinity-scheduler")
+}
+
+// checkSchedulerConfigNamed validates a KubeSchedulerConfiguration with
+// kube-scheduler's own validation and the plugin's args with its parser;
+// its profile and lease are named name.
+func checkSchedulerConfigNamed(t *testing.T, text, name string) {
+	t.Helper()
 	obj, _, err := schedscheme.Codecs.UniversalDecoder().Decode([]byte(text), nil, nil)
 	if err != nil {
 		t.Fatalf("scheduler configuration: %v", err)
@@ -234,10 +254,10 @@ func checkSchedulerConfig(t *testing.T, text string) {
 	if err := schedvalidation.ValidateKubeSchedulerConfiguration(cfg); err != nil {
 		t.Errorf("scheduler configuration is invalid: %v", err)
 	}
-	if !cfg.LeaderElection.LeaderElect || cfg.LeaderElection.ResourceName != "nicaffinity-scheduler" {
-		t.Errorf("leader election %+v: want it on with lease nicaffinity-scheduler", cfg.LeaderElection)
+	if !cfg.LeaderElection.LeaderElect || cfg.LeaderElection.ResourceName != name {
+		t.Errorf("leader election %+v: want it on with lease %s", cfg.LeaderElection, name)
 	}
-	if len(cfg.Profiles) != 1 || cfg.Profiles[0].SchedulerName != "nicaffinity-scheduler" {
+	if len(cfg.Profiles) != 1 || cfg.Profiles[0].SchedulerName != name {
 		t.Fatalf("profiles %+v", cfg.Profiles)
 	}
 	for _, pc := range cfg.Profiles[0].PluginConfig {
