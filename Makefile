@@ -121,6 +121,7 @@ fuzz:
 	  ./pkg/nrt:FuzzCompile \
 	  ./pkg/nrt:FuzzDecode \
 	  ./pkg/exporter:FuzzVerify \
+	  ./pkg/dra:FuzzIndexSlices \
 	  ./pkg/plugins/nicaffinity:FuzzBestCover \
 	  ./pkg/allocproxy:FuzzChoose \
 	  ./internal/sim:FuzzParseWorkload \

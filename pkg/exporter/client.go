@@ -7,6 +7,7 @@ import (
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -24,6 +25,10 @@ type Kube interface {
 	ListPods(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error)
 	WatchPods(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	PatchPod(ctx context.Context, namespace, name string, mergePatch []byte) error
+	// ListResourceSlices lists the DRA ResourceSlices of node;
+	// GetResourceClaim reads one claim (the DRA audit, dra.go).
+	ListResourceSlices(ctx context.Context, node string) ([]resourcev1.ResourceSlice, error)
+	GetResourceClaim(ctx context.Context, namespace, name string) (*resourcev1.ResourceClaim, error)
 
 	CreateEvent(ctx context.Context, e *corev1.Event) error
 }
@@ -36,24 +41,25 @@ type NRTClient interface {
 	GetNRT(ctx context.Context, name string) (*v1alpha2.NodeResourceTopology, error)
 }
 
-// clientScheme knows core/v1 and the NodeResourceTopology API, nothing
-// else. client-go's typed clients register every API group's types (their
+// clientScheme knows core/v1, resource.k8s.io/v1 and the
+// NodeResourceTopology API, nothing else. client-go's typed clients register every API group's types (their
 // package kubernetes/scheme), which more than doubled the exporter's
 // resident memory for two groups it uses (docs/exporter.md, Footprint).
 var clientScheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
 	utilruntime.Must(corev1.AddToScheme(s))
+	utilruntime.Must(resourcev1.AddToScheme(s))
 	utilruntime.Must(v1alpha2.AddToScheme(s))
 	return s
 }()
 
 var parameterCodec = runtime.NewParameterCodec(clientScheme)
 
-// Client is the exporter's API client: REST clients on core/v1 and on
-// topology.node.k8s.io/v1alpha2, both talking JSON. It implements Kube and
+// Client is the exporter's API client: REST clients on core/v1,
+// resource.k8s.io/v1 and topology.node.k8s.io/v1alpha2, all talking JSON. It implements Kube and
 // NRTClient.
 type Client struct {
-	core, topo *rest.RESTClient
+	core, res, topo *rest.RESTClient
 }
 
 var (
@@ -78,11 +84,15 @@ func NewClient(cfg *rest.Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("core/v1 client: %w", err)
 	}
+	res, err := build(resourcev1.SchemeGroupVersion, "/apis")
+	if err != nil {
+		return nil, fmt.Errorf("resource.k8s.io/v1 client: %w", err)
+	}
 	topo, err := build(v1alpha2.SchemeGroupVersion, "/apis")
 	if err != nil {
 		return nil, fmt.Errorf("NodeResourceTopology client: %w", err)
 	}
-	return &Client{core: core, topo: topo}, nil
+	return &Client{core: core, res: res, topo: topo}, nil
 }
 
 func (c *Client) ListPods(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {
@@ -102,6 +112,19 @@ func (c *Client) PatchPod(ctx context.Context, namespace, name string, mergePatc
 	return c.core.Patch(types.MergePatchType).Namespace(namespace).Resource("pods").Name(name).
 		VersionedParams(&metav1.PatchOptions{FieldManager: FieldManager}, parameterCodec).
 		Body(mergePatch).Do(ctx).Error()
+}
+
+func (c *Client) ListResourceSlices(ctx context.Context, node string) ([]resourcev1.ResourceSlice, error) {
+	out := &resourcev1.ResourceSliceList{}
+	opts := metav1.ListOptions{FieldSelector: resourcev1.ResourceSliceSelectorNodeName + "=" + node}
+	err := c.res.Get().Resource("resourceslices").VersionedParams(&opts, parameterCodec).Do(ctx).Into(out)
+	return out.Items, err
+}
+
+func (c *Client) GetResourceClaim(ctx context.Context, namespace, name string) (*resourcev1.ResourceClaim, error) {
+	out := &resourcev1.ResourceClaim{}
+	err := c.res.Get().Namespace(namespace).Resource("resourceclaims").Name(name).Do(ctx).Into(out)
+	return out, err
 }
 
 func (c *Client) ApplyNRT(ctx context.Context, name string, body []byte) error {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -221,20 +222,29 @@ func (e *Exporter) Metrics() *Metrics { return e.metrics }
 
 // Build reads the node once and returns the object it would publish.
 func (e *Exporter) Build(ctx context.Context) (*v1alpha2.NodeResourceTopology, []nrt.Problem, podresources.Snapshot, error) {
+	obj, problems, snap, _, err := e.build(ctx)
+	return obj, problems, snap, err
+}
+
+func (e *Exporter) build(ctx context.Context) (*v1alpha2.NodeResourceTopology, []nrt.Problem, podresources.Snapshot, claimed, error) {
 	topo, err := e.topology(ctx)
 	if err != nil {
-		return nil, nil, podresources.Snapshot{}, err
+		return nil, nil, podresources.Snapshot{}, claimed{}, err
 	}
 	snap, err := e.source.Snapshot(ctx)
 	if err != nil {
 		e.metrics.SourceErrors.Inc()
-		return nil, nil, snap, err
+		return nil, nil, snap, claimed{}, err
 	}
+	cl := e.claimedDevices(ctx)
 	obj, problems := nrt.Build(nrt.Input{
-		Node: e.cfg.NodeName, Topology: topo, Snapshot: snap, Resources: e.cfg.Resources,
+		Node: e.cfg.NodeName, Topology: topo, Snapshot: snap, Claimed: cl.all, Resources: e.cfg.Resources,
 		TopologyManagerPolicy: e.cfg.TopologyManagerPolicy, TopologyManagerScope: e.cfg.TopologyManagerScope,
 	})
-	return obj, problems, snap, nil
+	for _, p := range cl.problems {
+		problems = append(problems, nrt.Problem{Device: "ResourceSlices", Reason: p})
+	}
+	return obj, problems, snap, cl, nil
 }
 
 // topology rediscovers the node (cheap: a few hundred sysfs reads), keeping the
@@ -380,7 +390,7 @@ func (e *Exporter) Sync(ctx context.Context) error {
 	ctx, cancel := context.WithTimeoutCause(ctx, e.cfg.SyncTimeout, fmt.Errorf("sync took longer than %s", e.cfg.SyncTimeout))
 	defer cancel()
 	start := time.Now()
-	obj, problems, snap, err := e.Build(ctx)
+	obj, problems, snap, cl, err := e.build(ctx)
 	if err != nil {
 		e.metrics.Publishes.WithLabelValues("error").Inc()
 		return err
@@ -405,7 +415,7 @@ func (e *Exporter) Sync(ctx context.Context) error {
 		e.setForeign(nil)
 	}
 	e.lastSync.Store(e.now().UnixNano())
-	e.verifyPods(ctx, snap)
+	e.verifyPods(ctx, snap, cl)
 	return nil
 }
 
@@ -490,19 +500,30 @@ func (e *Exporter) Forget() {
 	e.mu.Unlock()
 }
 
-func (e *Exporter) verifyPods(ctx context.Context, snap podresources.Snapshot) {
+// verifyPods checks what each pod of the node really got: its device-plugin
+// devices from the kubelet's snapshot and its DRA devices from cl.
+func (e *Exporter) verifyPods(ctx context.Context, snap podresources.Snapshot, cl claimed) {
 	e.mu.Lock()
 	v, lister := e.verifier, e.podLister
 	e.mu.Unlock()
 	if v == nil || lister == nil {
 		return
 	}
-	for _, p := range snap.Pods {
+	pods := snap.Pods
+	for key := range cl.byPod {
+		ns, name, _ := strings.Cut(key, "/")
+		if !slices.ContainsFunc(pods, func(p podresources.Pod) bool { return p.Namespace == ns && p.Name == name }) {
+			pods = append(pods, podresources.Pod{Namespace: ns, Name: name})
+		}
+	}
+	for _, p := range pods {
 		pod, err := lister.Pods(p.Namespace).Get(p.Name)
 		if err != nil {
 			continue // the informer has not seen it yet; the next sync will
 		}
-		verdict, ok := v.Verify(PodView{Namespace: p.Namespace, Name: p.Name, Devices: p.Devices, Annotations: pod.Annotations})
+		dev := cl.byPod[p.Namespace+"/"+p.Name]
+		verdict, ok := v.Verify(PodView{Namespace: p.Namespace, Name: p.Name, Devices: p.Devices, Claimed: dev.PCI, Annotations: pod.Annotations})
+		verdict.Problems = append(verdict.Problems, dev.Problems...)
 		if !ok {
 			continue
 		}

@@ -12,15 +12,19 @@ import (
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/dra/dratest"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
@@ -90,6 +94,14 @@ func TestVerify(t *testing.T) {
 			wantLevel: "PIX", wantNICs: []string{"mlx5_0"}, wantAligned: true, wantPlan: "differs", wantRDMA: true},
 		{name: "unknown GPU ID", pod: PodView{Devices: []podresources.Device{gpu(topo, 0), {Resource: "nvidia.com/gpu", ID: "GPU-ghost"}}},
 			wantAligned: true, wantPlan: "none", wantProblem: `"GPU-ghost" is no GPU of this node`},
+		{name: "DRA: a GPU and the NIC of its switch", pod: PodView{Claimed: []string{topo.GPUs[0].PCI.Address, nicPCI(topo, "mlx5_0")}},
+			wantLevel: "PIX", wantNICs: []string{"mlx5_0"}, wantAligned: true, wantPlan: "none", wantRDMA: true},
+		{name: "DRA: a GPU and a far NIC", pod: PodView{Claimed: []string{topo.GPUs[0].PCI.Address, nicPCI(topo, "mlx5_6")}},
+			wantLevel: "SYS", wantNICs: []string{"mlx5_6"}, wantAligned: false, wantPlan: "none", wantRDMA: true},
+		{name: "DRA: a VF next to the GPU, and an NVMe drive", pod: PodView{Claimed: []string{topo.GPUs[7].PCI.Address, "0000:b8:00.2", "0000:e1:00.0"}},
+			wantLevel: "PIX", wantNICs: []string{"mlx5_6"}, wantAligned: true, wantPlan: "none", wantRDMA: true},
+		{name: "DRA GPU, device-plugin VF", pod: PodView{Claimed: []string{topo.GPUs[7].PCI.Address}, Devices: []podresources.Device{vf}},
+			wantLevel: "PIX", wantNICs: []string{"mlx5_6"}, wantAligned: true, wantPlan: "none", wantRDMA: true},
 		{name: "garbled max-level", pod: PodView{Devices: []podresources.Device{gpu(topo, 0), hca}, Annotations: map[string]string{annotations.MaxLevel: "close"}},
 			wantLevel: "PIX", wantNICs: []string{"mlx5_0"}, wantAligned: true, wantPlan: "none", wantRDMA: true, wantProblem: "nicaffinity.io/max-level"},
 	}
@@ -113,6 +125,81 @@ func TestVerify(t *testing.T) {
 	}
 }
 
+func nicPCI(topo *topology.Topology, name string) string {
+	for _, n := range topo.NICs {
+		if n.Name == name {
+			return n.PCI.Address
+		}
+	}
+	panic("no NIC " + name)
+}
+
+// TestRunAuditsDRAClaims: a pod holds a GPU and a NIC through an allocated
+// ResourceClaim; the exporter maps them to PCI addresses through the node's
+// ResourceSlices, observes the pair's level, says Misaligned, and counts
+// the GPU as not free where the device plugin also offers it.
+func TestRunAuditsDRAClaims(t *testing.T) {
+	disc, topo := h20(t)
+	var offered []podresources.Device
+	for i := range topo.GPUs {
+		offered = append(offered, gpu(topo, i))
+	}
+	_, src := startKubelet(t, offered)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: "n1",
+		ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu-nic", ResourceClaimTemplateName: ptr.To("t")}}},
+		Status: corev1.PodStatus{ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "gpu-nic", ResourceClaimName: ptr.To("d-gpu-nic-x7")}}}}
+	claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "d-gpu-nic-x7"},
+		Status: resourcev1.ResourceClaimStatus{Allocation: &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{Results: []resourcev1.DeviceRequestAllocationResult{
+			{Request: "gpu", Driver: dratest.GPUDriver, Pool: "n1", Device: "gpu-0"},
+			{Request: "nic", Driver: dratest.NICDriver, Pool: "n1", Device: "mlx5-6"},
+		}}}}}
+	objs := []runtime.Object{pod, claim}
+	for _, s := range dratest.Slices("n1", topo) {
+		objs = append(objs, &s)
+	}
+	kube := kubefake.NewClientset(objs...)
+	pub := &memoryPublisher{}
+	cfg := DefaultConfig("n1")
+	cfg.MinWriteInterval = 50 * time.Millisecond
+	exp := New(cfg, disc, src, fakeCore{kube}, pub, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- exp.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	var observed string
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		p, err := kube.CoreV1().Pods("default").Get(ctx, "d", metav1.GetOptions{})
+		observed = p.Annotations[annotations.ObservedKey]
+		return err == nil && observed != "", nil
+	}); err != nil {
+		t.Fatalf("no observed annotation: %v", err)
+	}
+	o, err := annotations.ParseObserved(observed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Aligned || o.Level != "SYS" || strings.Join(o.NICs, ",") != "mlx5_6" || len(o.GPUs) != 1 || o.GPUs[0].BusID != topo.GPUs[0].PCI.Address {
+		t.Errorf("observed %+v, want GPU 0 with mlx5_6 at SYS, not aligned", o)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		events, err := kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		return err == nil && len(events.Items) == 1 && events.Items[0].Reason == "Misaligned" && events.Items[0].InvolvedObject.Name == "d", nil
+	}); err != nil {
+		t.Errorf("no Misaligned event on the pod: %v", err)
+	}
+	obj := pub.last()
+	for _, z := range obj.Zones {
+		if z.Name == "gpu-0" && (len(z.Resources) == 0 || z.Resources[0].Available.String() != "0") {
+			t.Errorf("GPU 0, held through DRA, is published free: %+v", z.Resources)
+		}
+	}
+}
+
 // TestRun drives the loop with fake clients and a real gRPC podresources
 // server: the object appears, follows an allocation, and a burst of triggers
 // is folded into few writes.
@@ -128,7 +215,7 @@ func TestRun(t *testing.T) {
 	pub := &memoryPublisher{}
 	cfg := DefaultConfig("n1")
 	cfg.MinWriteInterval = 200 * time.Millisecond
-	exp := New(cfg, disc, src, fakeCore{kube.CoreV1()}, pub, nil)
+	exp := New(cfg, disc, src, fakeCore{kube}, pub, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- exp.Run(ctx) }()
@@ -203,25 +290,43 @@ func (m *memoryPublisher) last() *v1alpha2.NodeResourceTopology {
 // fakeCore serves Kube from client-go's fake clientset, and tells the
 // reflector, as the fake Clientset itself does, that the fake cannot stream
 // watch-lists.
-type fakeCore struct{ typedcorev1.CoreV1Interface }
+type fakeCore struct{ kubernetes.Interface }
 
 func (fakeCore) IsWatchListSemanticsUnSupported() bool { return true }
 
 func (f fakeCore) ListPods(ctx context.Context, o metav1.ListOptions) (*corev1.PodList, error) {
-	return f.Pods("").List(ctx, o)
+	return f.CoreV1().Pods("").List(ctx, o)
 }
 
 func (f fakeCore) WatchPods(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-	return f.Pods("").Watch(ctx, o)
+	return f.CoreV1().Pods("").Watch(ctx, o)
 }
 
 func (f fakeCore) PatchPod(ctx context.Context, ns, name string, patch []byte) error {
-	_, err := f.Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	_, err := f.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	return err
 }
 
+func (f fakeCore) ListResourceSlices(ctx context.Context, node string) ([]resourcev1.ResourceSlice, error) {
+	l, err := f.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []resourcev1.ResourceSlice
+	for _, s := range l.Items {
+		if s.Spec.NodeName != nil && *s.Spec.NodeName == node {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func (f fakeCore) GetResourceClaim(ctx context.Context, ns, name string) (*resourcev1.ResourceClaim, error) {
+	return f.ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
 func (f fakeCore) CreateEvent(ctx context.Context, e *corev1.Event) error {
-	_, err := f.Events(e.Namespace).Create(ctx, e, metav1.CreateOptions{})
+	_, err := f.CoreV1().Events(e.Namespace).Create(ctx, e, metav1.CreateOptions{})
 	return err
 }
 
@@ -233,7 +338,7 @@ func TestRunRetriesRefusedWrites(t *testing.T) {
 	pub := &memoryPublisher{refuse: 3}
 	cfg := DefaultConfig("n1")
 	cfg.MinWriteInterval = 50 * time.Millisecond
-	exp := New(cfg, disc, src, fakeCore{kubefake.NewClientset().CoreV1()}, pub, nil)
+	exp := New(cfg, disc, src, fakeCore{kubefake.NewClientset()}, pub, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- exp.Run(ctx) }()

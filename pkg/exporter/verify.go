@@ -12,11 +12,13 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
-// PodView is what verification needs of a pod: its devices from the kubelet
+// PodView is what verification needs of a pod: its device-plugin devices
+// from the kubelet, the PCI addresses of the devices its DRA claims hold,
 // and its annotations from the apiserver.
 type PodView struct {
 	Namespace, Name string
 	Devices         []podresources.Device
+	Claimed         []string
 	Annotations     map[string]string
 }
 
@@ -84,6 +86,21 @@ func (v *Verifier) Verify(p PodView) (Verdict, bool) {
 		case v.isRDMA(d.Resource):
 			wantsRDMA = true
 		}
+	}
+	// Through DRA a pod holds exactly the NICs its claims name: PFs
+	// (dranet) or VFs (dra-driver-sriov).
+	for _, addr := range p.Claimed {
+		if i, ok := v.devices.GPU(addr); ok {
+			if !slices.Contains(gpus, i) {
+				gpus = append(gpus, i)
+			}
+		} else if n, ok := v.devices.NIC(addr); ok {
+			wantsRDMA, candidates[n] = true, true
+		} else if pf, ok := v.devices.PFOfVF(addr); ok {
+			wantsRDMA, candidates[pf] = true, true
+		}
+		// Other PCI devices (NVMe, accelerators of other kinds) are not
+		// part of the alignment.
 	}
 	if len(gpus) == 0 {
 		return out, false

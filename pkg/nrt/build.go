@@ -19,9 +19,13 @@ import (
 
 // Input is everything one NRT object is built from.
 type Input struct {
-	Node      string
-	Topology  *topology.Topology
-	Snapshot  podresources.Snapshot
+	Node     string
+	Topology *topology.Topology
+	Snapshot podresources.Snapshot
+	// Claimed are the PCI addresses of devices that pods hold through DRA
+	// ResourceClaims: where the device plugins offer the same devices,
+	// these are not free.
+	Claimed   []string
 	Resources Resources
 	// TopologyManagerPolicy and Scope as the kubelet is configured ("none", "container" when unknown).
 	TopologyManagerPolicy string
@@ -41,12 +45,13 @@ func (p Problem) String() string { return p.Device + ": " + p.Reason }
 type Devices struct {
 	topo *topology.Topology
 	gpu  map[string]int // device ID (UUID or bus ID) -> position in topo.GPUs
+	pf   map[string]int // PF address -> position in topo.NICs
 	vfPF map[string]int // VF address -> position in topo.NICs of its PF
 }
 
 // NewDevices indexes a topology by the IDs device plugins use.
 func NewDevices(t *topology.Topology) *Devices {
-	d := &Devices{topo: t, gpu: map[string]int{}, vfPF: map[string]int{}}
+	d := &Devices{topo: t, gpu: map[string]int{}, pf: map[string]int{}, vfPF: map[string]int{}}
 	for i, g := range t.GPUs {
 		d.gpu[g.PCI.Address] = i
 		if g.UUID != "" {
@@ -54,6 +59,9 @@ func NewDevices(t *topology.Topology) *Devices {
 		}
 	}
 	for i, n := range t.NICs {
+		if n.PhysFn == "" {
+			d.pf[n.PCI.Address] = i
+		}
 		for _, vf := range n.VFs {
 			d.vfPF[vf] = i
 		}
@@ -71,6 +79,16 @@ func (d *Devices) GPU(id string) (int, bool) {
 		return i, ok
 	}
 	return 0, false
+}
+
+// NIC returns the NIC (a PF) at a PCI address.
+func (d *Devices) NIC(id string) (int, bool) {
+	bus, err := topology.NormalizeBusID(id)
+	if err != nil {
+		return 0, false
+	}
+	i, ok := d.pf[bus]
+	return i, ok
 }
 
 // PFOfVF returns the PF NIC of a VF address.
@@ -135,6 +153,15 @@ func Build(in Input) (*v1alpha2.NodeResourceTopology, []Problem) {
 		}
 	}
 
+	claimedVF := map[string]bool{}
+	for _, a := range in.Claimed {
+		if i, ok := devs.GPU(a); ok {
+			gpuUsed[i] = true
+		} else if _, ok := devs.PFOfVF(a); ok {
+			claimedVF[a] = true
+		}
+	}
+
 	nicUp := make([]bool, len(t.NICs))
 	for i, n := range t.NICs {
 		nicUp[i] = n.Up()
@@ -165,7 +192,7 @@ func Build(in Input) (*v1alpha2.NodeResourceTopology, []Problem) {
 		}
 		if nicUp[pf] {
 			p.capacity++
-			if !vfUsed[d.Resource+"/"+d.ID] {
+			if !vfUsed[d.Resource+"/"+d.ID] && !claimedVF[normalizedBus(d.ID)] {
 				p.available++
 			}
 		}
@@ -464,4 +491,12 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// normalizedBus is id as a normalized PCI address, or id as it is.
+func normalizedBus(id string) string {
+	if bus, err := topology.NormalizeBusID(id); err == nil {
+		return bus
+	}
+	return id
 }
