@@ -18,6 +18,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/ptr"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
@@ -49,6 +50,21 @@ func TestPreFilter(t *testing.T) {
 				t.Errorf("status %v %q, want %v containing %q", st.Code(), st.Message(), tc.wantCode, tc.wantMsg)
 			}
 		})
+	}
+}
+
+// TestPreFilterSkipsDRAPods: a pod whose GPUs and NICs come through DRA
+// ResourceClaims asks for no device-plugin GPU: the DynamicResources plugin
+// chooses its devices, and NICAffinity steps aside even when the pod says
+// it uses RDMA. (What its claims hold, the exporter counts as used in the
+// node's object, so device-plugin pods never get it: pkg/nrt.Input.Claimed.)
+func TestPreFilterSkipsDRAPods(t *testing.T) {
+	pl, _ := newTestPlugin(t, nil)
+	pod := makePod("dra", 0, map[string]string{annotations.RDMA: "true"})
+	pod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpus-with-nics", ResourceClaimTemplateName: ptr.To("gpus-with-nics")}}
+	pod.Spec.Containers[0].Resources.Claims = []v1.ResourceClaim{{Name: "gpus-with-nics"}}
+	if _, st := preFilter(t, pl, pod, nodeInfo("a", 8)); st.Code() != fwk.Skip {
+		t.Errorf("PreFilter on a DRA pod = %v, want Skip", st)
 	}
 }
 
