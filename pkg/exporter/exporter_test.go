@@ -162,15 +162,7 @@ func TestRunAuditsDRAClaims(t *testing.T) {
 	cfg := DefaultConfig("n1")
 	cfg.MinWriteInterval = 50 * time.Millisecond
 	exp := New(cfg, disc, src, fakeCore{kube}, pub, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- exp.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	ctx := run(t, exp)
 	var observed string
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		p, err := kube.CoreV1().Pods("default").Get(ctx, "d", metav1.GetOptions{})
@@ -216,15 +208,7 @@ func TestRun(t *testing.T) {
 	cfg := DefaultConfig("n1")
 	cfg.MinWriteInterval = 200 * time.Millisecond
 	exp := New(cfg, disc, src, fakeCore{kube}, pub, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- exp.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	ctx := run(t, exp)
 
 	available := func(zone string) string {
 		obj := pub.last()
@@ -259,6 +243,21 @@ func TestRun(t *testing.T) {
 	if writes := testutil.ToFloat64(exp.Metrics().Publishes.WithLabelValues("written")) - before; writes != 1 {
 		t.Errorf("50 triggers and one change made %v writes, want 1", writes)
 	}
+}
+
+// run runs exp until the test ends, and fails the test if Run fails.
+func run(t *testing.T, exp *Exporter) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- exp.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return ctx
 }
 
 // memoryPublisher keeps what would have been applied. (Server-side apply

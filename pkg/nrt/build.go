@@ -82,22 +82,17 @@ func (d *Devices) GPU(id string) (int, bool) {
 }
 
 // NIC returns the NIC (a PF) at a PCI address.
-func (d *Devices) NIC(id string) (int, bool) {
-	bus, err := topology.NormalizeBusID(id)
-	if err != nil {
-		return 0, false
-	}
-	i, ok := d.pf[bus]
-	return i, ok
-}
+func (d *Devices) NIC(id string) (int, bool) { return byBus(d.pf, id) }
 
 // PFOfVF returns the PF NIC of a VF address.
-func (d *Devices) PFOfVF(id string) (int, bool) {
+func (d *Devices) PFOfVF(id string) (int, bool) { return byBus(d.vfPF, id) }
+
+func byBus(m map[string]int, id string) (int, bool) {
 	bus, err := topology.NormalizeBusID(id)
 	if err != nil {
 		return 0, false
 	}
-	i, ok := d.vfPF[bus]
+	i, ok := m[bus]
 	return i, ok
 }
 
