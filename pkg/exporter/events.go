@@ -19,9 +19,10 @@ import (
 // newest, as the recorder does, so that a slow API server never holds a sync.
 const eventQueue = 64
 
-// emit queues an event about ref. It never blocks.
+// emit queues an event about ref. It never blocks. Without Run (--oneshot,
+// --no-publish) no writer runs and nothing is queued.
 func (e *Exporter) emit(ref corev1.ObjectReference, eventType, reason, message string) {
-	if e.kube == nil {
+	if e.kube == nil || !e.writingEvents.Load() {
 		return
 	}
 	now := metav1.NewTime(e.now())
@@ -52,8 +53,10 @@ func (e *Exporter) emit(ref corev1.ObjectReference, eventType, reason, message s
 	}
 }
 
-// writeEvents writes queued events until ctx ends.
+// writeEvents writes queued events until ctx ends. Run sets
+// writingEvents before it starts it, so that no early event is dropped.
 func (e *Exporter) writeEvents(ctx context.Context) {
+	defer e.writingEvents.Store(false)
 	for {
 		select {
 		case <-ctx.Done():

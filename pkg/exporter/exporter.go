@@ -138,6 +138,8 @@ type Exporter struct {
 	pub      Publisher
 	metrics  *Metrics
 	events   chan *corev1.Event
+	// writingEvents is set while Run's event writer runs.
+	writingEvents atomic.Bool
 
 	trigger chan struct{}
 	// started and lastSync (unix nanoseconds) tell health: see Healthy.
@@ -305,6 +307,7 @@ func (e *Exporter) Run(ctx context.Context) error {
 	if e.kube == nil || e.pub == nil {
 		return errors.New("exporter: Run needs Kubernetes clients")
 	}
+	e.writingEvents.Store(true)
 	go e.writeEvents(ctx)
 
 	selector := fields.OneTermEqualSelector("spec.nodeName", e.cfg.NodeName).String()

@@ -14,12 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
-	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
 	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
@@ -153,21 +148,16 @@ func TestRunAuditsDRAClaims(t *testing.T) {
 			{Request: "gpu", Driver: dratest.GPUDriver, Pool: "n1", Device: "gpu-0"},
 			{Request: "nic", Driver: dratest.NICDriver, Pool: "n1", Device: "mlx5-6"},
 		}}}}}
-	objs := []runtime.Object{pod, claim}
-	for _, s := range dratest.Slices("n1", topo) {
-		objs = append(objs, &s)
-	}
-	kube := kubefake.NewClientset(objs...)
+	kube := newFakeKube(pod).withClaims(claim).withSlices(dratest.Slices("n1", topo)...)
 	pub := &memoryPublisher{}
 	cfg := DefaultConfig("n1")
 	cfg.MinWriteInterval = 50 * time.Millisecond
-	exp := New(cfg, disc, src, fakeCore{kube}, pub, nil)
+	exp := New(cfg, disc, src, kube, pub, nil)
 	ctx := run(t, exp)
 	var observed string
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		p, err := kube.CoreV1().Pods("default").Get(ctx, "d", metav1.GetOptions{})
-		observed = p.Annotations[annotations.ObservedKey]
-		return err == nil && observed != "", nil
+		observed = kube.pod("default", "d").Annotations[annotations.ObservedKey]
+		return observed != "", nil
 	}); err != nil {
 		t.Fatalf("no observed annotation: %v", err)
 	}
@@ -179,8 +169,8 @@ func TestRunAuditsDRAClaims(t *testing.T) {
 		t.Errorf("observed %+v, want GPU 0 with mlx5_6 at SYS, not aligned", o)
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		events, err := kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
-		return err == nil && len(events.Items) == 1 && events.Items[0].Reason == "Misaligned" && events.Items[0].InvolvedObject.Name == "d", nil
+		events := kube.eventsOf("d")
+		return len(events) == 1 && events[0].Reason == "Misaligned" && events[0].Namespace == "default", nil
 	}); err != nil {
 		t.Errorf("no Misaligned event on the pod: %v", err)
 	}
@@ -203,11 +193,11 @@ func TestRun(t *testing.T) {
 	}
 	kubelet, src := startKubelet(t, offered)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: "n1"}}
-	kube := kubefake.NewClientset(pod)
+	kube := newFakeKube(pod)
 	pub := &memoryPublisher{}
 	cfg := DefaultConfig("n1")
 	cfg.MinWriteInterval = 200 * time.Millisecond
-	exp := New(cfg, disc, src, fakeCore{kube}, pub, nil)
+	exp := New(cfg, disc, src, kube, pub, nil)
 	ctx := run(t, exp)
 
 	available := func(zone string) string {
@@ -236,8 +226,7 @@ func TestRun(t *testing.T) {
 	}
 	poll("GPU 0 taken", func() bool { return available("gpu-0") == "0" })
 	poll("the observed annotation", func() bool {
-		p, err := kube.CoreV1().Pods("default").Get(ctx, "p", metav1.GetOptions{})
-		return err == nil && strings.Contains(p.Annotations[annotations.ObservedKey], `"aligned":true`)
+		return strings.Contains(kube.pod("default", "p").Annotations[annotations.ObservedKey], `"aligned":true`)
 	})
 	time.Sleep(3 * cfg.MinWriteInterval)
 	if writes := testutil.ToFloat64(exp.Metrics().Publishes.WithLabelValues("written")) - before; writes != 1 {
@@ -286,49 +275,6 @@ func (m *memoryPublisher) last() *v1alpha2.NodeResourceTopology {
 	return m.obj
 }
 
-// fakeCore serves Kube from client-go's fake clientset, and tells the
-// reflector, as the fake Clientset itself does, that the fake cannot stream
-// watch-lists.
-type fakeCore struct{ kubernetes.Interface }
-
-func (fakeCore) IsWatchListSemanticsUnSupported() bool { return true }
-
-func (f fakeCore) ListPods(ctx context.Context, o metav1.ListOptions) (*corev1.PodList, error) {
-	return f.CoreV1().Pods("").List(ctx, o)
-}
-
-func (f fakeCore) WatchPods(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-	return f.CoreV1().Pods("").Watch(ctx, o)
-}
-
-func (f fakeCore) PatchPod(ctx context.Context, ns, name string, patch []byte) error {
-	_, err := f.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
-	return err
-}
-
-func (f fakeCore) ListResourceSlices(ctx context.Context, node string) ([]resourcev1.ResourceSlice, error) {
-	l, err := f.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	var out []resourcev1.ResourceSlice
-	for _, s := range l.Items {
-		if s.Spec.NodeName != nil && *s.Spec.NodeName == node {
-			out = append(out, s)
-		}
-	}
-	return out, nil
-}
-
-func (f fakeCore) GetResourceClaim(ctx context.Context, ns, name string) (*resourcev1.ResourceClaim, error) {
-	return f.ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
-}
-
-func (f fakeCore) CreateEvent(ctx context.Context, e *corev1.Event) error {
-	_, err := f.CoreV1().Events(e.Namespace).Create(ctx, e, metav1.CreateOptions{})
-	return err
-}
-
 // TestRunRetriesRefusedWrites: the apiserver refuses the first writes; the
 // exporter retries with backoff and publishes without any new trigger.
 func TestRunRetriesRefusedWrites(t *testing.T) {
@@ -337,7 +283,7 @@ func TestRunRetriesRefusedWrites(t *testing.T) {
 	pub := &memoryPublisher{refuse: 3}
 	cfg := DefaultConfig("n1")
 	cfg.MinWriteInterval = 50 * time.Millisecond
-	exp := New(cfg, disc, src, fakeCore{kubefake.NewClientset()}, pub, nil)
+	exp := New(cfg, disc, src, newFakeKube(), pub, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- exp.Run(ctx) }()

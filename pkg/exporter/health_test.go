@@ -10,7 +10,6 @@ import (
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/util/wait"
-	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
@@ -37,7 +36,7 @@ func TestHealthFollowsSyncs(t *testing.T) {
 	_, src := startKubelet(t, []podresources.Device{gpu(topo, 0)})
 	cfg := DefaultConfig("n1")
 	cfg.ResyncPeriod, cfg.SyncTimeout, cfg.MinWriteInterval, cfg.MaxBackoff = time.Minute, 20*time.Millisecond, 10*time.Millisecond, 20*time.Millisecond
-	exp := New(cfg, disc, src, fakeCore{kubefake.NewClientset()}, blockingPublisher{}, nil)
+	exp := New(cfg, disc, src, newFakeKube(), blockingPublisher{}, nil)
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())
 	exp.now = func() time.Time { return time.Unix(0, clock.Load()) }
@@ -81,7 +80,7 @@ func TestRunReturnsWhileDiscoveryHangs(t *testing.T) {
 	})
 	cfg := DefaultConfig("n1")
 	cfg.SyncTimeout, cfg.MinWriteInterval, cfg.MaxBackoff = 20*time.Millisecond, 10*time.Millisecond, 20*time.Millisecond
-	exp := New(cfg, disc, src, fakeCore{kubefake.NewClientset()}, &memoryPublisher{}, nil)
+	exp := New(cfg, disc, src, newFakeKube(), &memoryPublisher{}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- exp.Run(ctx) }()
@@ -111,7 +110,7 @@ func TestHeartbeat(t *testing.T) {
 	disc, topo := h20(t)
 	_, src := startKubelet(t, []podresources.Device{gpu(topo, 0)})
 	pub := &memoryPublisher{}
-	exp := New(DefaultConfig("n1"), disc, src, fakeCore{kubefake.NewClientset()}, pub, nil)
+	exp := New(DefaultConfig("n1"), disc, src, newFakeKube(), pub, nil)
 	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	exp.now = func() time.Time { return at }
 	beat := func() string {
