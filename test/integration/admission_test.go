@@ -101,11 +101,37 @@ func TestAdmissionPolicies(t *testing.T) {
 		return err
 	}
 
-	// The policies load asynchronously: wait until the first one bites.
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return apierrors.IsForbidden(apply("node-b")), nil
-	}); err != nil {
-		t.Fatalf("the exporter of node-a could still write node-b's object after 30 s: %v", apply("node-b"))
+	// The policies load asynchronously, each on its own (a busy machine
+	// compiles one policy's CEL well after another's): wait until every
+	// one bites, with dry runs that change nothing.
+	dryPatch := func(c kubernetes.Interface, name string, p map[string]any) error {
+		b, _ := json.Marshal(p)
+		_, err := c.CoreV1().Pods("default").Patch(ctx, name, types.StrategicMergePatchType, b, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	probes := map[string]func() error{
+		"nicaffinity-exporter-own-topology": func() error { return apply("node-b") },
+		"nicaffinity-exporter-own-pods":     func() error { return dryPatch(exp.kube, "work-b", observed) },
+		"nicaffinity-pod-outputs":           func() error { return dryPatch(cp.Kube, "work-b", observed) },
+		"nicaffinity-scheduler-own-lease":   func() error { return lease(sched.kube, "kube-system", "kube-scheduler") },
+		"nicaffinity-topology-bounds": func() error {
+			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(nrttest.HalfNICs("node-probe", 0, 1))
+			if err != nil {
+				return err
+			}
+			zones := u["zones"].([]any)
+			zones[len(zones)-3].(map[string]any)["resources"].([]any)[0].(map[string]any)["available"] = "1e10000"
+			_, err = dyn.Resource(nrtGVR).Create(ctx, &unstructured.Unstructured{Object: u}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		},
+	}
+	for name, probe := range probes {
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+			err := probe()
+			return apierrors.IsForbidden(err) || apierrors.IsInvalid(err), nil
+		}); err != nil {
+			t.Fatalf("the admission policy %s did not refuse its probe within 60 s: %v", name, probe())
+		}
 	}
 
 	for _, tc := range []struct {
