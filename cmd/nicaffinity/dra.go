@@ -122,6 +122,7 @@ default to the NVIDIA GPU driver's and dranet's (docs/dra.md).`,
 	f.IntVar(&o.claim.GPUs, "gpus", o.claim.GPUs, "GPUs in the claim")
 	f.IntVar(&o.claim.GPUsPerNIC, "gpus-per-nic", o.claim.GPUsPerNIC, "GPUs that share one NIC")
 	f.BoolVar(&o.claim.Derived, "derived", false, "allow a derived attribute where pcieRoot is not enough (DRADerivedAttributes feature gate)")
+	f.BoolVar(&o.claim.SharedNICs, "shared-nics", false, "the NIC driver shares NICs between claims (allowMultipleAllocations): groups may share a NIC, as with the RDMA shared device plugin")
 	f.StringVar(&o.claim.Name, "name", o.claim.Name, "the template's name")
 	f.StringVarP(&o.claim.Namespace, "namespace", "n", o.claim.Namespace, "the template's namespace")
 	f.StringVar(&o.claim.GPUClass, "gpu-class", o.claim.GPUClass, "the GPUs' DeviceClass")

@@ -2,6 +2,8 @@ package dra
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,6 +39,12 @@ type ClaimOptions struct {
 	// Derived allows a derived attribute where pcieRoot is not enough
 	// (the DRADerivedAttributes feature gate, alpha in Kubernetes 1.37).
 	Derived bool
+	// SharedNICs: the NIC driver publishes its NICs with
+	// allowMultipleAllocations (consumable capacity), so groups of one
+	// claim and of several claims may share a NIC, as pods share one
+	// through the RDMA shared device plugin. Without it a NIC is one
+	// group's.
+	SharedNICs bool
 }
 
 // Claims is a generated template and how it aligns.
@@ -44,6 +52,12 @@ type Claims struct {
 	Template *resourcev1.ResourceClaimTemplate `json:"template"`
 	Method   string                            `json:"method"`
 	Notes    []string                          `json:"notes,omitempty"`
+}
+
+// Machine is one machine shape a template is to align on.
+type Machine struct {
+	Name     string
+	Topology *topology.Topology
 }
 
 // unit is a set of GPUs and NICs that are pairwise aligned: one pcieRoot
@@ -57,6 +71,19 @@ type unit struct {
 // BuildClaims makes the template for t. Errors name what is wrong with the
 // request or the machine.
 func BuildClaims(machine string, t *topology.Topology, o ClaimOptions) (Claims, error) {
+	return BuildClaimsFor([]Machine{{Name: machine, Topology: t}}, o)
+}
+
+// BuildClaimsFor makes one template for every machine of a cluster: a pod
+// may land on any of them, and a claim cannot know which. Where pcieRoot is
+// enough on every machine it aligns by pcieRoot; else one derived attribute
+// maps the bus IDs of the machines that need it to their alignment groups
+// and every other device to its pcieRoot, and each machine's grouping is
+// checked to pair only aligned devices (machines that reuse one bus ID for
+// devices that group differently cannot share a template: the error says
+// so). The request must fit at least one machine; those it does not fit are
+// noted.
+func BuildClaimsFor(machines []Machine, o ClaimOptions) (Claims, error) {
 	if o.GPUsPerNIC == 0 {
 		o.GPUsPerNIC = 1
 	}
@@ -70,80 +97,149 @@ func BuildClaims(machine string, t *topology.Topology, o ClaimOptions) (Claims, 
 		o.NICClass = NICClass
 	}
 	switch {
+	case len(machines) == 0:
+		return Claims{}, fmt.Errorf("no machine to build a template for")
 	case o.GPUs <= 0:
 		return Claims{}, fmt.Errorf("--gpus %d: want at least 1", o.GPUs)
 	case o.GPUsPerNIC < 1:
 		return Claims{}, fmt.Errorf("--gpus-per-nic %d: want at least 1", o.GPUsPerNIC)
 	case o.GPUs%o.GPUsPerNIC != 0:
 		return Claims{}, fmt.Errorf("--gpus %d is not a multiple of --gpus-per-nic %d", o.GPUs, o.GPUsPerNIC)
-	case o.GPUs > len(t.GPUs):
-		return Claims{}, fmt.Errorf("%d GPUs: machine %s has %d", o.GPUs, machine, len(t.GPUs))
-	}
-	pfs := 0
-	for _, n := range t.NICs {
-		if n.PhysFn == "" {
-			pfs++
-		}
-	}
-	if pfs == 0 {
-		return Claims{}, fmt.Errorf("machine %s has no RDMA NIC: nothing to align its GPUs with", machine)
-	}
-	check := CheckTopology(machine, t, o.MaxLevel)
-	if !check.Known {
-		return Claims{}, fmt.Errorf("machine %s: %s", machine, check.Why)
 	}
 	out := Claims{Method: MethodPCIeRoot}
-	units := rootUnits(t)
-	if !check.Enough {
-		if !o.Derived {
-			return Claims{}, fmt.Errorf("on %s pcieRoot is not enough (%d of %d same-root GPU-NIC pairs are past %s): allow a derived attribute (--derived, needs the DRADerivedAttributes feature gate) or pick another shape",
-				machine, len(check.Unaligned), check.SameRoot, o.MaxLevel)
+	checks := make([]Check, len(machines))
+	var derivedFor []string
+	for i, m := range machines {
+		pfs := 0
+		for _, n := range m.Topology.NICs {
+			if n.PhysFn == "" {
+				pfs++
+			}
 		}
-		var err error
-		if units, err = alignedUnits(t, o.MaxLevel); err != nil {
-			return Claims{}, fmt.Errorf("machine %s: %w", machine, err)
+		if pfs == 0 {
+			return Claims{}, fmt.Errorf("machine %s has no RDMA NIC: nothing to align its GPUs with", m.Name)
 		}
-		out.Method = MethodDerived
-		out.Notes = append(out.Notes, fmt.Sprintf("pcieRoot is not enough on %s: %d of %d same-root GPU-NIC pairs are past %s; the template maps each device's %s to its alignment group with a derived attribute (%s), which needs the DRADerivedAttributes feature gate (alpha in Kubernetes 1.37) on the apiserver and the scheduler",
-			machine, len(check.Unaligned), check.SameRoot, o.MaxLevel, AttrPCIBusID, SwitchAttr))
-	}
-	groups := o.GPUs / o.GPUsPerNIC
-	capacity, largest := 0, 0
-	for _, u := range units {
-		if len(u.nics) > 0 {
-			largest = max(largest, len(u.gpus))
+		checks[i] = CheckTopology(m.Name, m.Topology, o.MaxLevel)
+		if !checks[i].Known {
+			return Claims{}, fmt.Errorf("machine %s: %s", m.Name, checks[i].Why)
 		}
-		capacity += min(len(u.gpus)/o.GPUsPerNIC, len(u.nics))
-	}
-	if largest < o.GPUsPerNIC {
-		return Claims{}, fmt.Errorf("%d GPUs per NIC is larger than any switch of %s: at most %d GPUs share a NIC at %s or closer", o.GPUsPerNIC, machine, largest, o.MaxLevel)
-	}
-	if capacity < groups {
-		return Claims{}, fmt.Errorf("%d groups of %d GPUs, each with its own aligned NIC: %s has room for %d", groups, o.GPUsPerNIC, machine, capacity)
+		if !checks[i].Enough {
+			if !o.Derived {
+				return Claims{}, fmt.Errorf("on %s pcieRoot is not enough (%d of %d same-root GPU-NIC pairs are past %s): allow a derived attribute (--derived, needs the DRADerivedAttributes feature gate) or pick another shape",
+					m.Name, len(checks[i].Unaligned), checks[i].SameRoot, o.MaxLevel)
+			}
+			out.Method = MethodDerived
+			derivedFor = append(derivedFor, m.Name)
+			out.Notes = append(out.Notes, fmt.Sprintf("pcieRoot is not enough on %s: %d of %d same-root GPU-NIC pairs are past %s; the template maps each device's %s to its alignment group with a derived attribute (%s), which needs the DRADerivedAttributes feature gate (alpha in Kubernetes 1.37) on the apiserver and the scheduler",
+				m.Name, len(checks[i].Unaligned), checks[i].SameRoot, o.MaxLevel, AttrPCIBusID, SwitchAttr))
+		}
 	}
 
+	units := make([][]unit, len(machines))
+	var l labeler
+	if out.Method == MethodPCIeRoot {
+		for i, m := range machines {
+			units[i] = rootUnits(m.Topology)
+		}
+	} else {
+		var err error
+		if l, err = newLabeler(machines, checks, o.MaxLevel); err != nil {
+			return Claims{}, err
+		}
+		for i, m := range machines {
+			if units[i], err = l.units(m, o.MaxLevel); err != nil {
+				return Claims{}, err
+			}
+		}
+	}
+
+	// The request must fit one machine; a single machine's errors say why
+	// it does not, several machines' are noted.
+	groups := o.GPUs / o.GPUsPerNIC
+	var misfits []string
+	for i, m := range machines {
+		if err := fits(m, units[i], o, groups); err != nil {
+			if len(machines) == 1 {
+				return Claims{}, err
+			}
+			misfits = append(misfits, err.Error())
+		}
+	}
+	if len(misfits) == len(machines) {
+		return Claims{}, fmt.Errorf("the request fits none of the machines: %s", strings.Join(misfits, "; "))
+	}
+	for _, m := range misfits {
+		out.Notes = append(out.Notes, "pods of this template cannot run on every machine: "+m)
+	}
+
+	var derived []resourcev1.DeviceDerivedAttribute
+	if out.Method == MethodDerived {
+		derived = []resourcev1.DeviceDerivedAttribute{{Name: SwitchAttr, Expression: l.expression()}}
+	}
+	out.Template = &resourcev1.ResourceClaimTemplate{
+		TypeMeta:   metav1.TypeMeta{APIVersion: resourcev1.SchemeGroupVersion.String(), Kind: "ResourceClaimTemplate"},
+		ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
+		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: PairSpec(o, derived)},
+	}
+	return out, nil
+}
+
+// PairSpec is the claim's structure: per group a request of GPUsPerNIC
+// GPUs and one of a NIC, matched on pcieRoot, or on the derived attribute
+// when one is given. It checks nothing against a machine (BuildClaims does).
+func PairSpec(o ClaimOptions, derived []resourcev1.DeviceDerivedAttribute) resourcev1.ResourceClaimSpec {
+	if o.GPUsPerNIC < 1 {
+		o.GPUsPerNIC = 1
+	}
+	if o.GPUClass == "" {
+		o.GPUClass = GPUClass
+	}
+	if o.NICClass == "" {
+		o.NICClass = NICClass
+	}
 	spec := resourcev1.ResourceClaimSpec{}
-	for i := 0; i < groups; i++ {
+	for i := 0; i < o.GPUs/o.GPUsPerNIC; i++ {
 		g, n := "gpus-"+strconv.Itoa(i), "nic-"+strconv.Itoa(i)
 		gpuReq := resourcev1.ExactDeviceRequest{DeviceClassName: o.GPUClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: int64(o.GPUsPerNIC)}
 		nicReq := resourcev1.ExactDeviceRequest{DeviceClassName: o.NICClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}
 		attr := resourcev1.FullyQualifiedName(AttrPCIeRoot)
-		if out.Method == MethodDerived {
-			derived := []resourcev1.DeviceDerivedAttribute{{Name: SwitchAttr, Expression: groupExpression(units)}}
+		if len(derived) > 0 {
 			gpuReq.DerivedAttributes, nicReq.DerivedAttributes = derived, derived
-			attr = SwitchAttr
+			attr = resourcev1.FullyQualifiedName(derived[0].Name)
 		}
 		spec.Devices.Requests = append(spec.Devices.Requests,
 			resourcev1.DeviceRequest{Name: g, Exactly: &gpuReq},
 			resourcev1.DeviceRequest{Name: n, Exactly: &nicReq})
 		spec.Devices.Constraints = append(spec.Devices.Constraints, resourcev1.DeviceConstraint{Requests: []string{g, n}, MatchAttribute: &attr})
 	}
-	out.Template = &resourcev1.ResourceClaimTemplate{
-		TypeMeta:   metav1.TypeMeta{APIVersion: resourcev1.SchemeGroupVersion.String(), Kind: "ResourceClaimTemplate"},
-		ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
-		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: spec},
+	return spec
+}
+
+// fits says why groups groups of o.GPUsPerNIC GPUs, each with an aligned
+// NIC, do not fit machine m grouped into units; nil when they do.
+func fits(m Machine, units []unit, o ClaimOptions, groups int) error {
+	if o.GPUs > len(m.Topology.GPUs) {
+		return fmt.Errorf("%d GPUs: machine %s has %d", o.GPUs, m.Name, len(m.Topology.GPUs))
 	}
-	return out, nil
+	capacity, largest := 0, 0
+	for _, u := range units {
+		if len(u.nics) == 0 {
+			continue
+		}
+		largest = max(largest, len(u.gpus))
+		if o.SharedNICs {
+			capacity += len(u.gpus) / o.GPUsPerNIC
+		} else {
+			capacity += min(len(u.gpus)/o.GPUsPerNIC, len(u.nics))
+		}
+	}
+	if largest < o.GPUsPerNIC {
+		return fmt.Errorf("%d GPUs per NIC is larger than any switch of %s: at most %d GPUs share a NIC at %s or closer", o.GPUsPerNIC, m.Name, largest, o.MaxLevel)
+	}
+	if capacity < groups {
+		return fmt.Errorf("%d groups of %d GPUs, each with its own aligned NIC: %s has room for %d", groups, o.GPUsPerNIC, m.Name, capacity)
+	}
+	return nil
 }
 
 // rootUnits groups the machine's GPUs and PF NICs by root complex.
@@ -246,23 +342,160 @@ func first(u unit) string {
 	return all[0]
 }
 
-// groupExpression is the derived attribute's CEL: a device's
-// resource.kubernetes.io/pciBusID looked up in the machine's groups. A
-// device without the attribute, or one the map does not know, gets a value
-// of its own (its bus ID, or its driver and name), so it matches nothing
-// by accident.
-func groupExpression(units []unit) string {
-	var entries []string
-	for _, u := range units {
-		if len(u.gpus) == 0 || len(u.nics) == 0 {
-			continue // no aligned pair to make there
+// labeler is what the derived attribute computes, in Go: a device's
+// alignment group from its bus ID where a machine needs one, else (when
+// other machines align by root) its pcieRoot. The CEL of expression and
+// label agree; TestBuildClaimsDerived and TestBuildClaimsMixed check that
+// with the DRA library's own CEL.
+type labeler struct {
+	// groups maps a device's key (its bus ID; with several machines its
+	// pcieRoot and bus ID, as machines reuse bus IDs, less often under the
+	// same root name) to its group.
+	groups map[string]string
+	// byRoot: devices not in groups are labelled by pcieRoot (a cluster
+	// that mixes machines); else each is a group of its own.
+	byRoot bool
+}
+
+// newLabeler maps the devices of the machines whose check is not enough.
+// With one such machine and nothing else its groups are named group-N;
+// with several they are named by machine, and a device key two machines
+// group differently is refused.
+func newLabeler(machines []Machine, checks []Check, maxLevel topology.Level) (labeler, error) {
+	l := labeler{groups: map[string]string{}, byRoot: len(machines) > 1}
+	owner := map[string]string{}
+	for i, m := range machines {
+		if checks[i].Enough {
+			continue
 		}
-		for _, a := range append(append([]string(nil), u.gpus...), u.nics...) {
-			entries = append(entries, strconv.Quote(a)+": "+strconv.Quote(u.name))
+		units, err := alignedUnits(m.Topology, maxLevel)
+		if err != nil {
+			return l, fmt.Errorf("machine %s: %w", m.Name, err)
+		}
+		rootOf := map[string]string{}
+		for _, g := range m.Topology.GPUs {
+			rootOf[g.PCI.Address] = g.PCI.RootComplex
+		}
+		for _, n := range m.Topology.NICs {
+			rootOf[n.PCI.Address] = n.PCI.RootComplex
+		}
+		for _, u := range units {
+			name := u.name
+			if len(machines) > 1 {
+				name = m.Name + "/" + u.name
+			}
+			all := append(append([]string(nil), u.gpus...), u.nics...)
+			for _, bus := range all {
+				k := l.key(rootOf[bus], bus)
+				g := name
+				if len(u.gpus) == 0 || len(u.nics) == 0 {
+					// No aligned pair to make: a group of its own, so that
+					// in a mixed cluster it does not fall back to its root.
+					if !l.byRoot {
+						continue
+					}
+					g = "unmapped/" + bus
+				}
+				if prev, ok := l.groups[k]; ok && prev != g {
+					return l, fmt.Errorf("machines %s and %s both have a device at %s under root %s but group it differently: one derived attribute cannot align both; generate a template per machine and keep each to its nodes", owner[k], m.Name, bus, rootOf[bus])
+				}
+				l.groups[k], owner[k] = g, m.Name
+			}
 		}
 	}
-	sort.Strings(entries)
+	return l, nil
+}
+
+// label is the derived attribute's value for a device.
+func (l labeler) label(bus, root string) string {
+	if g, ok := l.groups[l.key(root, bus)]; ok {
+		return g
+	}
+	if l.byRoot && root != "" {
+		return "root/" + root
+	}
+	return "unmapped/" + bus
+}
+
+// units groups m's GPUs and PF NICs by label and checks that every GPU-NIC
+// pair a label puts together is aligned: a machine that aligns by root
+// but shares bus IDs with one that needs groups could otherwise be paired
+// across its switches.
+func (l labeler) units(m Machine, maxLevel topology.Level) ([]unit, error) {
+	t := m.Topology
+	byLabel := map[string]*unit{}
+	var order []string
+	get := func(name string) *unit {
+		if byLabel[name] == nil {
+			byLabel[name] = &unit{name: name}
+			order = append(order, name)
+		}
+		return byLabel[name]
+	}
+	for _, g := range t.GPUs {
+		u := get(l.label(g.PCI.Address, g.PCI.RootComplex))
+		u.gpus = append(u.gpus, g.PCI.Address)
+	}
+	for _, n := range t.NICs {
+		if n.PhysFn == "" {
+			u := get(l.label(n.PCI.Address, n.PCI.RootComplex))
+			u.nics = append(u.nics, n.PCI.Address)
+		}
+	}
+	m2 := t.Matrix()
+	ng := len(t.GPUs)
+	for i, g := range t.GPUs {
+		hasAligned, paired := false, false
+		for j, n := range t.NICs {
+			if n.PhysFn != "" {
+				continue
+			}
+			lv := m2.Cells[i][ng+j].Level
+			same := l.label(g.PCI.Address, g.PCI.RootComplex) == l.label(n.PCI.Address, n.PCI.RootComplex)
+			if lv > maxLevel && same {
+				return nil, fmt.Errorf("machine %s: GPU %s and NIC %s are %s apart but one derived attribute groups them (another machine of the cluster has devices at the same addresses): generate a template per machine and keep each to its nodes", m.Name, g.PCI.Address, n.Name, lv)
+			}
+			hasAligned, paired = hasAligned || lv <= maxLevel, paired || same
+		}
+		if hasAligned && !paired {
+			return nil, fmt.Errorf("machine %s: GPU %s has an aligned NIC, but one derived attribute groups it with none (another machine of the cluster has devices at the same addresses): generate a template per machine and keep each to its nodes", m.Name, g.PCI.Address)
+		}
+	}
+	sort.Strings(order)
+	out := make([]unit, 0, len(order))
+	for _, name := range order {
+		out = append(out, *byLabel[name])
+	}
+	return out, nil
+}
+
+// expression is the derived attribute's CEL: a device's
+// resource.kubernetes.io/pciBusID looked up in the groups, else its
+// pcieRoot (byRoot) or a value of its own (its bus ID, or its driver when
+// it has none), so that it matches nothing by accident.
+func (l labeler) expression() string {
+	var entries []string
+	for _, k := range slices.Sorted(maps.Keys(l.groups)) {
+		entries = append(entries, strconv.Quote(k)+": "+strconv.Quote(l.groups[k]))
+	}
 	const bus = `device.attributes["` + Domain + `"].pciBusID`
+	const root = `device.attributes["` + Domain + `"].pcieRoot`
+	m := `{` + strings.Join(entries, ", ") + `}`
+	k, fallback := bus, `"unmapped/" + `+bus
+	if l.byRoot {
+		// A device without pcieRoot is keyed as under root "" (key).
+		k = `((has(` + root + `) ? ` + root + ` : "") + "|" + ` + bus + `)`
+		fallback = `(has(` + root + `) ? "root/" + ` + root + ` : "unmapped/" + ` + bus + `)`
+	}
 	return `!has(` + bus + `) ? "unmapped/" + device.driver : ` +
-		`(` + bus + ` in {` + strings.Join(entries, ", ") + `} ? {` + strings.Join(entries, ", ") + `}[` + bus + `] : "unmapped/" + ` + bus + `)`
+		`(` + k + ` in ` + m + ` ? ` + m + `[` + k + `] : ` + fallback + `)`
+}
+
+// key is a device's key in the groups: its bus ID on one machine, its root
+// complex and bus ID on several.
+func (l labeler) key(root, bus string) string {
+	if !l.byRoot {
+		return bus
+	}
+	return root + "|" + bus
 }

@@ -53,33 +53,8 @@ func TestBuildClaimsDerived(t *testing.T) {
 	if len(req.DerivedAttributes) != 1 || string(*c.Template.Spec.Spec.Devices.Constraints[0].MatchAttribute) != SwitchAttr {
 		t.Fatalf("derived attribute not used: %+v", c.Template.Spec.Spec.Devices)
 	}
-	expr := req.DerivedAttributes[0].Expression
-	compiled := cel.GetCompiler(cel.Features{}).CompileCELExpression(expr, cel.Options{DerivedAttribute: true})
-	if compiled.Error != nil {
-		t.Fatalf("the expression does not compile: %v\n%s", compiled.Error, expr)
-	}
-	group := func(driver, busID string) string {
-		d := cel.Device{Driver: driver, Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{}}
-		if busID != "" {
-			d.Attributes[AttrPCIBusID] = resourcev1.DeviceAttribute{StringValue: &busID}
-		}
-		v, _, err := compiled.EvaluateDerivedAttribute(context.Background(), d)
-		if err != nil || v == nil || v.StringValue == nil {
-			t.Fatalf("evaluating for %s %s: %v %v", driver, busID, v, err)
-		}
-		return *v.StringValue
-	}
-	m := topo.Matrix()
-	ng := len(topo.GPUs)
-	for i, g := range topo.GPUs {
-		for j, n := range topo.NICs {
-			aligned := m.Cells[i][ng+j].Level <= topology.LevelPXB
-			same := group(GPUClass, g.PCI.Address) == group("dra.net", n.PCI.Address)
-			if aligned != same {
-				t.Errorf("GPU %s, NIC %s (%s): same group %v", g.PCI.Address, n.Name, m.Cells[i][ng+j].Level, same)
-			}
-		}
-	}
+	group := evaluator(t, req.DerivedAttributes[0].Expression)
+	checkGroups(t, "half-nic", topo, group, true)
 	if a, b := group(GPUClass, ""), group("dra.net", ""); a == b {
 		t.Errorf("devices without a bus ID from two drivers share %q", a)
 	}
@@ -109,5 +84,101 @@ func TestBuildClaimsBadInput(t *testing.T) {
 				t.Errorf("err = %v, want one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// evaluator compiles a derived attribute with the DRA library's CEL (the
+// scheduler's own) and returns it as a function of a device's driver, bus
+// ID and pcieRoot (empty: the device does not publish it).
+func evaluator(t *testing.T, expr string) func(driver, busID string, root ...string) string {
+	t.Helper()
+	compiled := cel.GetCompiler(cel.Features{}).CompileCELExpression(expr, cel.Options{DerivedAttribute: true})
+	if compiled.Error != nil {
+		t.Fatalf("the expression does not compile: %v\n%s", compiled.Error, expr)
+	}
+	return func(driver, busID string, root ...string) string {
+		d := cel.Device{Driver: driver, Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{}}
+		if busID != "" {
+			d.Attributes[AttrPCIBusID] = resourcev1.DeviceAttribute{StringValue: &busID}
+		}
+		if len(root) > 0 && root[0] != "" {
+			d.Attributes[AttrPCIeRoot] = resourcev1.DeviceAttribute{StringValue: &root[0]}
+		}
+		v, _, err := compiled.EvaluateDerivedAttribute(context.Background(), d)
+		if err != nil || v == nil || v.StringValue == nil {
+			t.Fatalf("evaluating for %s %s: %v %v", driver, busID, v, err)
+		}
+		return *v.StringValue
+	}
+}
+
+// checkGroups: on topo, two devices share a derived value only when they
+// are aligned, and (exact) every aligned pair shares one; otherwise every
+// GPU with an aligned NIC shares a value with one of them.
+func checkGroups(t *testing.T, name string, topo *topology.Topology, group func(driver, busID string, root ...string) string, exact bool) {
+	t.Helper()
+	m := topo.Matrix()
+	ng := len(topo.GPUs)
+	for i, g := range topo.GPUs {
+		hasAligned, paired := false, false
+		for j, n := range topo.NICs {
+			if n.PhysFn != "" {
+				continue
+			}
+			aligned := m.Cells[i][ng+j].Level <= topology.LevelPXB
+			same := group(GPUClass, g.PCI.Address, g.PCI.RootComplex) == group("dra.net", n.PCI.Address, n.PCI.RootComplex)
+			hasAligned, paired = hasAligned || aligned, paired || same
+			if same && !aligned || exact && aligned && !same {
+				t.Errorf("%s: GPU %s, NIC %s (%s): same group %v", name, g.PCI.Address, n.Name, m.Cells[i][ng+j].Level, same)
+			}
+		}
+		if hasAligned && !paired {
+			t.Errorf("%s: GPU %s has an aligned NIC but no NIC shares its group", name, g.PCI.Address)
+		}
+	}
+}
+
+// TestBuildClaimsMixed: one template for a cluster of the HGX H100, DGX
+// A100, H20 and half-NIC shapes: the half-NIC shape needs a derived
+// attribute, the others keep their pcieRoot, and on every machine the
+// scheduler's CEL groups only aligned GPU-NIC pairs and loses none.
+func TestBuildClaimsMixed(t *testing.T) {
+	var ms []Machine
+	for _, b := range []struct {
+		name  string
+		build func(*sysfstest.Tree)
+	}{{"hgx-h100", sysfstest.HGXH100}, {"dgx-a100", sysfstest.DGXA100}, {"h20", sysfstest.H20SRIOV}, {"half-nic", sysfstest.HalfNICs}} {
+		ms = append(ms, Machine{Name: b.name, Topology: machine(t, b.build)})
+	}
+	if _, err := BuildClaimsFor(ms, ClaimOptions{GPUs: 1}); err == nil || !strings.Contains(err.Error(), "on half-nic pcieRoot is not enough") {
+		t.Fatalf("without Derived: %v", err)
+	}
+	c, err := BuildClaimsFor(ms, ClaimOptions{GPUs: 4, Derived: true, SharedNICs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Method != MethodDerived {
+		t.Fatalf("method %s", c.Method)
+	}
+	group := evaluator(t, c.Template.Spec.Spec.Devices.Requests[0].Exactly.DerivedAttributes[0].Expression)
+	for _, m := range ms {
+		checkGroups(t, m.Name, m.Topology, group, false)
+	}
+	// Eight GPUs, one aligned NIC each: the HGX H100 has room, the half-NIC
+	// shape (four aligned GPUs) does not, and the template says so.
+	c, err = BuildClaimsFor(ms, ClaimOptions{GPUs: 8, Derived: true, SharedNICs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Join(c.Notes, "\n"); !strings.Contains(n, "cannot run on every machine: 8 groups of 1 GPUs, each with its own aligned NIC: half-nic has room for") {
+		t.Errorf("notes do not say the half-NIC shape is too small:\n%s", n)
+	}
+	// Without shared NICs a NIC is one group's: the H20's eleven NICs and
+	// the HGX H100's eight still fit, the half-NIC shape's two do not.
+	if _, err := BuildClaimsFor(ms[3:], ClaimOptions{GPUs: 4, Derived: true}); err == nil || !strings.Contains(err.Error(), "half-nic has room for 2") {
+		t.Errorf("four exclusive NICs on the half-NIC shape: %v", err)
+	}
+	if _, err := BuildClaimsFor(nil, ClaimOptions{GPUs: 1}); err == nil {
+		t.Error("no machine: no error")
 	}
 }
