@@ -22,6 +22,7 @@ type simulateOptions struct {
 	cpuProfile                                  string
 	runs, parallel                              int
 	columns                                     []string
+	dra                                         bool
 }
 
 // defaultRuns keeps make demo under three minutes on two cores once built.
@@ -48,7 +49,15 @@ figure; a verdict line names the column that finished the work first.
 Without --cluster and --workload it uses a default mix of real machines
 (HGX H100, DGX A100, Azure NDv2, a shape with NIC-less switches, an H20 with
 SR-IOV VFs) and a workload whose GPU load rises from 30% to 90%. --scenario
-large is 64 nodes of those shapes and 1000 jobs.`,
+large is 64 nodes of those shapes and 1000 jobs.
+
+--dra replays the workload on a cluster with no device plugins: stand-ins of
+the GPU and NIC DRA drivers publish every node's devices, the scheduler's
+DynamicResources plugin allocates them, and the columns differ in the claims
+jobs make: nicaffinity's generated template (pcieRoot, or a derived
+attribute where a machine needs one), the same pairs on pcieRoot alone, and
+GPUs with an unconstrained NIC. Pools of NCCL topologies (which name no PCIe
+root complexes) are left out of the bundled scenarios' clusters.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmdContext(), cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -64,6 +73,7 @@ large is 64 nodes of those shapes and 1000 jobs.`,
 	f.IntVar(&o.parallel, "parallel", 0, "replays at a time, each on its own cluster (default: the scenario's, 3 for default, 2 for large)")
 	f.StringSliceVar(&o.columns, "columns", nil, "compare only these columns (default: all)")
 	f.StringVar(&o.scenario, "scenario", "default", "bundled cluster and workload: default or large (--cluster and --workload replace its parts)")
+	f.BoolVar(&o.dra, "dra", false, "a DRA cluster: compare how jobs claim GPUs and NICs (docs/dra.md)")
 	return cmd
 }
 
@@ -110,6 +120,9 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 		return fmt.Errorf("--parallel %d: want 1 to %d", o.parallel, maxParallel)
 	}
 	cols := sim.Columns
+	if o.dra {
+		cols = sim.DRAColumns
+	}
 	if len(o.columns) > 0 {
 		var err error
 		if cols, err = sim.ColumnsNamed(o.columns); err != nil {
@@ -120,6 +133,13 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 	if err != nil {
 		return err
 	}
+	if o.dra && o.cluster == "" {
+		var left []string
+		c, left = sim.SysfsPools(c)
+		for _, p := range left {
+			fmt.Fprintf(progress, "--dra: pool %s left out: an NCCL topology names no PCIe root complexes, which DRA drivers publish\n", p)
+		}
+	}
 	// Every seed's plan is made first, so that a workload that does not fit
 	// fails before anything runs.
 	var plans []*sim.Plan
@@ -128,6 +148,9 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 		wi.Seed = w.Seed + int64(i)
 		plan, err := sim.Prepare(c, wi)
 		if err != nil {
+			return err
+		}
+		if err := sim.CheckColumns(plan, cols); err != nil {
 			return err
 		}
 		plans = append(plans, plan)

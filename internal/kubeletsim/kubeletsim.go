@@ -9,6 +9,7 @@ package kubeletsim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -24,12 +25,15 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 
 	"github.com/nicaffinity/nicaffinity/internal/gpualloc"
 	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
 	"github.com/nicaffinity/nicaffinity/pkg/allocproxy"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/dra"
+	"github.com/nicaffinity/nicaffinity/pkg/dra/dratest"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
@@ -50,6 +54,12 @@ const (
 	// the simulation, finds which plan a request is for, knowing only its
 	// size and the available devices, as on a real node.
 	Proxy = "proxy"
+	// DRA has no device plugins: stand-ins of the NVIDIA GPU DRA driver
+	// and of a NIC driver publish the node's GPUs and NICs as
+	// ResourceSlices (pkg/dra/dratest, NICs shared between claims), the
+	// scheduler's DynamicResources plugin allocates, and the kubelet hands
+	// a pod the devices its allocated claims hold.
+	DRA = "dra"
 )
 
 // Config describes one simulated node.
@@ -71,6 +81,9 @@ type Config struct {
 type Assignment struct {
 	GPUs []int // positions in Topology.GPUs
 	VFs  []string
+	// NICs are the RDMA NICs (PFs) a pod holds through claims (DRA); a
+	// device-plugin pod with rdma/hca may use every NIC and lists none.
+	NICs []string
 }
 
 // Kubelet is a running simulated kubelet.
@@ -112,8 +125,9 @@ func New(cfg Config, kube kubernetes.Interface) (*Kubelet, error) {
 		k.policy = gpuallocator.NewSimplePolicy()
 	case Planned, Proxy:
 		k.policy = gpuallocator.NewBestEffortPolicy()
+	case DRA:
 	default:
-		return nil, fmt.Errorf("node %s: GPU policy %q: want %s, %s, %s or %s", cfg.Name, cfg.Policy, BestEffort, FirstFit, Planned, Proxy)
+		return nil, fmt.Errorf("node %s: GPU policy %q: want %s, %s, %s, %s or %s", cfg.Name, cfg.Policy, BestEffort, FirstFit, Planned, Proxy, DRA)
 	}
 	k.vfPF = map[string]string{}
 	for _, n := range t.NICs {
@@ -129,6 +143,13 @@ func New(cfg Config, kube kubernetes.Interface) (*Kubelet, error) {
 func (k *Kubelet) Start(ctx context.Context) error {
 	if err := k.register(ctx); err != nil {
 		return err
+	}
+	if k.cfg.Policy == DRA {
+		for _, s := range dratest.Slices(k.cfg.Name, k.cfg.Topology, dratest.WithSharedNICs()) {
+			if _, err := k.kube.ResourceV1().ResourceSlices().Create(ctx, &s, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("node %s: publishing ResourceSlice %s: %w", k.cfg.Name, s.Name, err)
+			}
+		}
 	}
 	k.publish()
 	if err := k.server.Start(); err != nil {
@@ -164,12 +185,14 @@ func (k *Kubelet) Start(ctx context.Context) error {
 func (k *Kubelet) register(ctx context.Context) error {
 	res := corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("192"), corev1.ResourceMemory: resource.MustParse("2Ti"), corev1.ResourcePods: resource.MustParse("110"),
-		corev1.ResourceName(k.cfg.GPUResource): *resource.NewQuantity(int64(len(k.gpus)), resource.DecimalSI),
 	}
-	if k.cfg.RDMAResource != "" {
+	if k.cfg.Policy != DRA {
+		res[corev1.ResourceName(k.cfg.GPUResource)] = *resource.NewQuantity(int64(len(k.gpus)), resource.DecimalSI)
+	}
+	if k.cfg.RDMAResource != "" && k.cfg.Policy != DRA {
 		res[corev1.ResourceName(k.cfg.RDMAResource)] = *resource.NewQuantity(int64(k.cfg.RDMASlots), resource.DecimalSI)
 	}
-	if k.cfg.SRIOVResource != "" && len(k.freeVF) > 0 {
+	if k.cfg.SRIOVResource != "" && len(k.freeVF) > 0 && k.cfg.Policy != DRA {
 		res[corev1.ResourceName(k.cfg.SRIOVResource)] = *resource.NewQuantity(int64(len(k.freeVF)), resource.DecimalSI)
 	}
 	node := &corev1.Node{
@@ -183,6 +206,9 @@ func (k *Kubelet) register(ctx context.Context) error {
 
 // publish tells the podresources server what is offered and held.
 func (k *Kubelet) publish() {
+	if k.cfg.Policy == DRA {
+		return
+	}
 	var offered []podresources.Device
 	for i, g := range k.cfg.Topology.GPUs {
 		offered = append(offered, podresources.Device{Resource: k.cfg.GPUResource, ID: GPUID(k.cfg.Topology, i), NUMANodes: []int{topology.NUMAOf(g.PCI)}})
@@ -214,12 +240,21 @@ func (k *Kubelet) admit(ctx context.Context, obj interface{}) {
 	if pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" {
 		return
 	}
+	var claimed Assignment
+	var claimErr error
+	if k.cfg.Policy == DRA {
+		// Read outside the lock: the claims are the scheduler's decision.
+		claimed, claimErr = k.claimed(ctx, pod)
+	}
 	k.mu.Lock()
 	if _, done := k.assigned[pod.UID]; done {
 		k.mu.Unlock()
 		return
 	}
 	a, err := k.allocate(pod)
+	if k.cfg.Policy == DRA {
+		a, err = claimed, claimErr
+	}
 	if err == nil {
 		k.assigned[pod.UID] = a
 		k.keys[pod.UID] = [2]string{pod.Namespace, pod.Name}
@@ -388,6 +423,11 @@ func (k *Kubelet) planned(pod *corev1.Pod, want int) []*gpuallocator.Device {
 }
 
 func (k *Kubelet) devicesOf(pod *corev1.Pod, a Assignment) []podresources.Device {
+	if k.cfg.Policy == DRA {
+		// Claimed devices are no device plugin's: the exporter reads them
+		// from the claims.
+		return nil
+	}
 	var out []podresources.Device
 	// The kubelet reports a device's NUMA node in List as in
 	// GetAllocatableResources: the Node zones count held GPUs by it.
@@ -441,4 +481,58 @@ func podQuantity(pod *corev1.Pod, name string) int64 {
 	}
 	q := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})[corev1.ResourceName(name)]
 	return q.Value()
+}
+
+// claimed is what a pod's allocated claims hold on this node, as the DRA
+// drivers' kubelet plugins prepare it: each claim (named in the spec, or
+// generated from a template and recorded in the pod's status) must be
+// allocated and reserved for the pod, as the scheduler leaves it before it
+// binds. Devices are named as dratest publishes them.
+func (k *Kubelet) claimed(ctx context.Context, pod *corev1.Pod) (Assignment, error) {
+	var a Assignment
+	gpuAt := map[string]int{}
+	for i := range k.cfg.Topology.GPUs {
+		gpuAt[dratest.GPUName(i)] = i
+	}
+	nicNamed := map[string]string{}
+	for _, n := range k.cfg.Topology.NICs {
+		if n.PhysFn == "" {
+			nicNamed[dratest.NICName(n.Name)] = n.Name
+		}
+	}
+	for i := range pod.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil {
+			return a, fmt.Errorf("node %s: %w", k.cfg.Name, err)
+		}
+		if name == nil {
+			continue // no claim needed
+		}
+		claim, err := k.kube.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, *name, metav1.GetOptions{})
+		if err != nil {
+			return a, fmt.Errorf("node %s: ResourceClaim %s: %w", k.cfg.Name, *name, err)
+		}
+		if claim.Status.Allocation == nil || !resourceclaim.IsReservedForPod(pod, claim, false) {
+			return a, fmt.Errorf("node %s: ResourceClaim %s is not allocated and reserved for pod %s", k.cfg.Name, *name, pod.Name)
+		}
+		refs, _ := dra.Allocated(claim)
+		for _, r := range refs {
+			if r.Pool != k.cfg.Name {
+				return a, fmt.Errorf("node %s: ResourceClaim %s holds %s, of another node", k.cfg.Name, *name, r)
+			}
+			switch r.Driver {
+			case dratest.GPUDriver:
+				if i, ok := gpuAt[r.Device]; ok && !slices.Contains(a.GPUs, i) {
+					a.GPUs = append(a.GPUs, i)
+				}
+			case dratest.NICDriver:
+				if n, ok := nicNamed[r.Device]; ok && !slices.Contains(a.NICs, n) {
+					a.NICs = append(a.NICs, n)
+				}
+			}
+		}
+	}
+	sort.Ints(a.GPUs)
+	sort.Strings(a.NICs)
+	return a, nil
 }

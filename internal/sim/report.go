@@ -36,7 +36,7 @@ func (rep *Report) Rows() []Row {
 		if f.Section != "" {
 			rows = append(rows, Row{Label: f.Section + ":"})
 		}
-		r := Row{Label: f.Label}
+		r := Row{Label: strings.Replace(f.Label, Schedulers[1], rep.baseName(), 1)}
 		for _, cs := range rep.Summary {
 			s, ok := cs.Figures[f.Key]
 			r.Cells = append(r.Cells, f.cell(s, ok))

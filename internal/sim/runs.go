@@ -116,12 +116,31 @@ type ColumnSummary struct {
 	Figures map[string]Stat `json:"figures"`
 }
 
-// base is the run's default-scheduler result, if the report has that column.
-func (rep *Report) base(run int) *Result {
-	for i, c := range rep.Columns {
-		if c.Scheduler == Schedulers[1] {
-			return &rep.Runs[run][i]
+// baseIndex is the column the others are compared with: the last on the
+// default scheduler (the default-scheduler column; with DRA, the
+// unconstrained claims), -1 without one.
+func (rep *Report) baseIndex() int {
+	for i := len(rep.Columns) - 1; i >= 0; i-- {
+		if rep.Columns[i].Scheduler == Schedulers[1] {
+			return i
 		}
+	}
+	return -1
+}
+
+// baseName is how the report names the base column in labels and the
+// verdict.
+func (rep *Report) baseName() string {
+	if i := rep.baseIndex(); i >= 0 {
+		return rep.Columns[i].Name
+	}
+	return Schedulers[1]
+}
+
+// base is the run's result of the base column, if the report has one.
+func (rep *Report) base(run int) *Result {
+	if i := rep.baseIndex(); i >= 0 {
+		return &rep.Runs[run][i]
 	}
 	return nil
 }
@@ -187,9 +206,13 @@ func (rep *Report) verdict() string {
 		fmt.Fprintf(&b, "%s: makespan %.2f h", w.Column, w.Figures["makespanHours"].Median)
 	}
 	if s, ok := w.Figures["makespanVsDefault"]; ok {
-		fmt.Fprintf(&b, ", %.1f%% %s than the default scheduler's", math.Abs(s.Median), sooner(s.Median))
+		than := "the default scheduler's"
+		if n := rep.baseName(); n != Schedulers[1] {
+			than = n + "'s"
+		}
+		fmt.Fprintf(&b, ", %.1f%% %s than %s", math.Abs(s.Median), sooner(s.Median), than)
 		for i, d := range rep.Summary {
-			if g := d.Figures["givenUp"].Median; rep.Columns[i].Scheduler == Schedulers[1] && g > w.Figures["givenUp"].Median {
+			if g := d.Figures["givenUp"].Median; i == rep.baseIndex() && g > w.Figures["givenUp"].Median {
 				fmt.Fprintf(&b, " (which gave up %g jobs)", g)
 			}
 		}
@@ -199,7 +222,7 @@ func (rep *Report) verdict() string {
 	}
 	fmt.Fprintf(&b, "; %.1f GPU-hours lost to misalignment", w.Figures["gpuHoursLost"].Median)
 	for i, s := range rep.Summary {
-		if rep.Columns[i].Scheduler == Schedulers[1] && i != best {
+		if i == rep.baseIndex() && i != best {
 			fmt.Fprintf(&b, " against %.1f", s.Figures["gpuHoursLost"].Median)
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/runenv"
 	"github.com/nicaffinity/nicaffinity/internal/schedulertest"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/dra"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
@@ -43,6 +44,9 @@ type Column struct {
 	// Policy is nicaffinity's policy for every job (the nicaffinity.io/policy
 	// annotation); empty for the default scheduler.
 	Policy string `json:"policy,omitempty"`
+	// Claims is how a DRA column's jobs claim devices (ClaimsGenerated,
+	// ClaimsPCIeRoot, ClaimsUnconstrained); empty with device plugins.
+	Claims string `json:"claims,omitempty"`
 }
 
 // Columns are the runs every simulation compares, on the same workload: the
@@ -57,11 +61,11 @@ var Columns = []Column{
 	{Name: "default-scheduler", Scheduler: Schedulers[1], Kubelet: kubeletsim.BestEffort},
 }
 
-// ColumnsNamed picks columns by name, in Columns order.
+// ColumnsNamed picks columns by name, in Columns then DRAColumns order.
 func ColumnsNamed(names []string) ([]Column, error) {
 	var known []string
 	var cols []Column
-	for _, c := range Columns {
+	for _, c := range slices.Concat(Columns, DRAColumns) {
 		known = append(known, c.Name)
 		if slices.Contains(names, c.Name) {
 			cols = append(cols, c)
@@ -82,6 +86,7 @@ type Plan struct {
 	Workload WorkloadSpec
 	nodes    []cluster.NodeSpec
 	info     []nodeInfo
+	machines []dra.Machine // one per pool
 	jobs     []job
 	bound    Bound
 }
@@ -106,6 +111,7 @@ func Prepare(c ClusterSpec, w WorkloadSpec) (*Plan, error) {
 				return nil, fmt.Errorf("pool %s: %w", pool.Name, err)
 			}
 		}
+		p.machines = append(p.machines, dra.Machine{Name: pool.machineName(), Topology: topo})
 		for k := 0; k < pool.Count; k++ {
 			s := spec
 			s.Name, s.Policy = fmt.Sprintf("%s-%d", pool.Name, k), kubeletsim.BestEffort
@@ -185,9 +191,9 @@ type record struct {
 
 // started fills a Running job's level and runtime from what the kubelet
 // handed it.
-func (r *record) started(m TimeModel, n nodeInfo, gpus []int, vfs []string) {
-	r.Got = gpus
-	r.Worst = n.worst(gpus, vfs)
+func (r *record) started(m TimeModel, n nodeInfo, a kubeletsim.Assignment) {
+	r.Got = a.GPUs
+	r.Worst = n.worst(a)
 	r.Runtime = m.Runtime(r.Duration, r.GPUs, r.RDMA, r.Worst)
 }
 
@@ -202,6 +208,13 @@ func Run(ctx context.Context, p *Plan, col Column, progress func(Progress)) (Res
 	}
 	env := runenv.New(strings.Split(scheduler, "-")[0])
 	defer env.Close()
+	if col.Kubelet == kubeletsim.DRA {
+		// Before the apiserver and the scheduler start: the scheduler
+		// reads its feature gates once.
+		if err := derivedGate(); err != nil {
+			return res, fmt.Errorf("feature gate DRADerivedAttributes: %w", err)
+		}
+	}
 	err := env.Run(func() {
 		cp := controlplane.Start(env)
 		// The exporters' write spacing is compressed with the workload: at
@@ -219,6 +232,13 @@ func Run(ctx context.Context, p *Plan, col Column, progress func(Progress)) (Res
 			env.Fatalf("%v", err)
 		}
 		schedulertest.Start(env, cp, schedulertest.WithDefaultProfile(cfg))
+		if col.Kubelet == kubeletsim.DRA {
+			draCtx, stop := context.WithCancel(ctx)
+			env.Cleanup(stop)
+			if err := startDRA(draCtx, cp, p, col); err != nil {
+				env.Fatalf("%v", err)
+			}
+		}
 		recs, end, err := replay(ctx, cp, cl, p, col, progress)
 		if err != nil {
 			env.Fatalf("%v", err)
@@ -275,7 +295,7 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 			r.Running = since()
 			if n := cl.Nodes[pod.Spec.NodeName]; n != nil {
 				if a, ok := n.Kubelet.Assigned(pod.UID); ok {
-					r.started(w.TimeModel, info[pod.Spec.NodeName], a.GPUs, a.VFs)
+					r.started(w.TimeModel, info[pod.Spec.NodeName], a)
 				}
 			}
 			close(running[pod.Name])
@@ -359,6 +379,9 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: "default"},
 			Spec: corev1.PodSpec{SchedulerName: scheduler, Containers: []corev1.Container{{Name: "train", Image: "train",
 				Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits}}}}}
+		if col.Kubelet == kubeletsim.DRA {
+			pod = draPod(r, scheduler)
+		}
 		if col.Policy != "" {
 			pod.Annotations = map[string]string{annotations.Policy: col.Policy}
 		}

@@ -695,3 +695,64 @@ func TestDocumentedWorkloads(t *testing.T) {
 		t.Errorf("README's workload: %v", err)
 	}
 }
+
+// TestRunDRA replays a workload of RDMA jobs on a DRA cluster (the HGX H100
+// and half-NIC shapes: one template must align both) through every DRA
+// column: the real scheduler's DynamicResources plugin allocates claims
+// the real ResourceClaim controller makes from each column's templates.
+//   - generated (a derived attribute, as the half-NIC shape needs): every
+//     job ran with GPUDirect RDMA and lost nothing;
+//   - pcieRoot: no pair is past PHB (what one root can hold);
+//   - every column ran every job and its pairs add up.
+func TestRunDRA(t *testing.T) {
+	c := ClusterSpec{Pools: []Pool{{Name: "hgx", Count: 1, Machine: "hgx-h100-8gpu-8nic"}, {Name: "half", Count: 1, Machine: "half-nics"}}}
+	w := WorkloadSpec{Jobs: 6, Sizes: map[int]int{1: 1, 2: 1}, RDMAShare: 1, Interarrival: Duration(12 * time.Minute),
+		MinDuration: Duration(2 * time.Hour), MaxDuration: Duration(3 * time.Hour), MaxWait: Duration(20 * time.Hour),
+		TimeModel: DefaultTimeModel, TimeScale: 3600, Seed: 3}
+	p, err := Prepare(c, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckColumns(p, DRAColumns); err != nil {
+		t.Fatal(err)
+	}
+	results := make([]Result, len(DRAColumns))
+	var wg sync.WaitGroup
+	for i, col := range DRAColumns {
+		wg.Go(func() {
+			r, err := Run(context.Background(), p, col, nil)
+			if err != nil {
+				t.Errorf("%s: %v", col.Name, err)
+			}
+			results[i] = r
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	wantPairs := 0
+	for _, j := range p.jobs {
+		wantPairs += j.GPUs
+	}
+	for _, r := range results {
+		t.Logf("%s: pairs %v, GPUDirect %d of %d, %.2f GPU-h lost", r.Column.Name, r.PairLevels, r.GPUDirectJobs, r.RDMAJobs, r.GPUHoursLost)
+		pairs := 0
+		for _, n := range r.PairLevels {
+			pairs += n
+		}
+		if r.Finished != 6 || r.RDMAJobs != 6 || pairs != wantPairs {
+			t.Errorf("%s: finished %d, RDMA jobs %d, pairs %v: want 6, 6 and %d pairs", r.Column.Name, r.Finished, r.RDMAJobs, r.PairLevels, wantPairs)
+		}
+		switch r.Column.Claims {
+		case ClaimsGenerated:
+			if r.GPUDirectJobs != 6 || r.GPUHoursLost != 0 || r.PairLevels["PHB"]+r.PairLevels["NODE"]+r.PairLevels["SYS"] != 0 {
+				t.Errorf("%s: %d of 6 jobs with GPUDirect RDMA, %.2f GPU-h lost, pairs %v: want all aligned", r.Column.Name, r.GPUDirectJobs, r.GPUHoursLost, r.PairLevels)
+			}
+		case ClaimsPCIeRoot:
+			if r.PairLevels["NODE"]+r.PairLevels["SYS"] != 0 {
+				t.Errorf("%s: pairs %v: one root holds nothing past PHB", r.Column.Name, r.PairLevels)
+			}
+		}
+	}
+}

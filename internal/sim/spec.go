@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/nicaffinity/nicaffinity/internal/cluster"
+	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
 	"github.com/nicaffinity/nicaffinity/pkg/profiles"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
@@ -409,6 +410,17 @@ func (w WorkloadSpec) totalWeight() int {
 	return n
 }
 
+// machineName names the pool's machine in messages: its shape or file.
+func (p Pool) machineName() string {
+	switch {
+	case p.NCCLXML != "":
+		return p.NCCLXML
+	case p.Sysfs != "":
+		return p.Sysfs
+	}
+	return p.Machine
+}
+
 // node resolves the pool's machine to a simulated node.
 func (p Pool) node() (cluster.NodeSpec, error) {
 	switch {
@@ -542,8 +554,10 @@ type nodeInfo struct {
 	// Best is each GPU's level to its nearest NIC (not a VF): what NCCL
 	// picks for a job that may use every NIC (rdma/hca).
 	Best []topology.Level
-	// VFLevels is, per VF address, each GPU's level to the VF's NIC.
-	VFLevels map[string][]topology.Level
+	// VFLevels is, per VF address, each GPU's level to the VF's NIC, and
+	// NICLevels, per RDMA NIC (PF) name, each GPU's level to it.
+	VFLevels  map[string][]topology.Level
+	NICLevels map[string][]topology.Level
 	VFNICs   int
 	// VFGroup is the most GPUs at PIX/PXB to one NIC with VFs: a pod with
 	// one VF uses one NIC, so that is the largest VF job that can align.
@@ -551,8 +565,13 @@ type nodeInfo struct {
 }
 
 func describe(name string, t *topology.Topology) nodeInfo {
-	n := nodeInfo{Name: name, VFLevels: map[string][]topology.Level{}}
+	n := nodeInfo{Name: name, VFLevels: map[string][]topology.Level{}, NICLevels: map[string][]topology.Level{}}
 	for _, nic := range t.NICs {
+		if nic.PhysFn == "" {
+			for _, g := range t.GPUs {
+				n.NICLevels[nic.Name] = append(n.NICLevels[nic.Name], t.PCILevel(g.PCI, nic.PCI))
+			}
+		}
 		if nic.PhysFn == "" && len(nic.VFs) > 0 {
 			n.VFNICs++
 			near := 0
@@ -585,12 +604,20 @@ func describe(name string, t *topology.Topology) nodeInfo {
 }
 
 // worst is the worst level among the GPU positions a job got, each to its
-// nearest NIC, or to the nearest NIC behind its VFs when it took VFs.
-func (n nodeInfo) worst(gpus []int, vfs []string) topology.Level {
+// nearest NIC: of the NICs it claimed (DRA), of those behind its VFs, or
+// of all (rdma/hca).
+func (n nodeInfo) worst(a kubeletsim.Assignment) topology.Level {
+	gpus, vfs := a.GPUs, a.VFs
 	w := topology.LevelPIX
 	for _, pos := range gpus {
 		best := topology.LevelSYS
 		switch {
+		case len(a.NICs) > 0:
+			for _, nic := range a.NICs {
+				if l := n.NICLevels[nic]; pos < len(l) {
+					best = min(best, l[pos])
+				}
+			}
 		case len(vfs) > 0:
 			for _, vf := range vfs {
 				if l := n.VFLevels[vf]; pos < len(l) {

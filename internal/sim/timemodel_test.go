@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -26,9 +27,9 @@ func TestTimeModelByHand(t *testing.T) {
 	a := &record{job: job{Name: "a", GPUs: 1, RDMA: true, Duration: h(1)}, Bound: 0, Running: 0, Node: "n"}
 	b := &record{job: job{Name: "b", GPUs: 2, RDMA: true, Duration: h(2), At: h(0.5)}, Bound: h(1), Running: h(1), Node: "n"}
 	c := &record{job: job{Name: "c", GPUs: 1, Duration: h(1)}, Bound: 0, Running: 0, Node: "n"}
-	a.started(DefaultTimeModel, n, []int{0}, nil)
-	b.started(DefaultTimeModel, n, []int{1, 2}, nil)
-	c.started(DefaultTimeModel, n, []int{2}, nil)
+	a.started(DefaultTimeModel, n, kubeletsim.Assignment{GPUs: []int{0}})
+	b.started(DefaultTimeModel, n, kubeletsim.Assignment{GPUs: []int{1, 2}})
+	c.started(DefaultTimeModel, n, kubeletsim.Assignment{GPUs: []int{2}})
 	for _, tc := range []struct {
 		r     *record
 		worst topology.Level
@@ -54,11 +55,20 @@ func TestTimeModelByHand(t *testing.T) {
 
 	// A VF job's GPUs are measured to the VF's own NIC, not the nearest.
 	n.VFLevels = map[string][]topology.Level{"0000:05:00.2": {topology.LevelSYS, topology.LevelPIX, topology.LevelPIX}}
-	if w := n.worst([]int{0}, []string{"0000:05:00.2"}); w != topology.LevelSYS {
+	if w := n.worst(kubeletsim.Assignment{GPUs: []int{0}, VFs: []string{"0000:05:00.2"}}); w != topology.LevelSYS {
 		t.Errorf("VF job on GPU 0: worst %v, want SYS", w)
 	}
-	if w := n.worst([]int{1, 2}, []string{"0000:05:00.2"}); w != topology.LevelPIX {
+	if w := n.worst(kubeletsim.Assignment{GPUs: []int{1, 2}, VFs: []string{"0000:05:00.2"}}); w != topology.LevelPIX {
 		t.Errorf("VF job on GPUs 1-2: worst %v, want PIX", w)
+	}
+	// A DRA job's GPUs are measured to the NICs it claimed: GPU 0's PIX
+	// NIC is not among them.
+	n.NICLevels = map[string][]topology.Level{"mlx5_0": {topology.LevelPIX, topology.LevelSYS, topology.LevelSYS}, "mlx5_1": {topology.LevelSYS, topology.LevelPXB, topology.LevelPHB}}
+	if w := n.worst(kubeletsim.Assignment{GPUs: []int{0, 1}, NICs: []string{"mlx5_1"}}); w != topology.LevelSYS {
+		t.Errorf("DRA job on GPUs 0-1 with mlx5_1: worst %v, want SYS", w)
+	}
+	if w := n.worst(kubeletsim.Assignment{GPUs: []int{0, 1}, NICs: []string{"mlx5_0", "mlx5_1"}}); w != topology.LevelPXB {
+		t.Errorf("DRA job on GPUs 0-1 with both NICs: worst %v, want PXB", w)
 	}
 }
 

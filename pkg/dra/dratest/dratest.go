@@ -21,13 +21,29 @@ const (
 	NICDriver = "dra.net"
 )
 
+// Option changes what Slices publishes.
+type Option func(*options)
+
+type options struct{ sharedNICs bool }
+
+// WithSharedNICs publishes each NIC with allowMultipleAllocations (DRA's
+// consumable capacity, beta and on by default since Kubernetes 1.36), so
+// that claims share it as pods share one through the RDMA shared device
+// plugin. Without it a NIC is allocated to one claim, as dranet hands out
+// a whole interface.
+func WithSharedNICs() Option { return func(o *options) { o.sharedNICs = true } }
+
 // Slices returns one ResourceSlice per driver for node, its pool named
 // after the node, as the real kubelet plugins publish them: every device
 // with the standard resource.kubernetes.io/pciBusID and pcieRoot
 // attributes, GPUs named gpu-N (the GPU driver's naming) with their UUID
-// and product, NICs (PFs) named after their RDMA device with dranet's
-// dra.net/rdma and dra.net/rdmaDevice.
-func Slices(node string, t *topology.Topology) []resourcev1.ResourceSlice {
+// and product, NICs (PFs) named after their RDMA device (NICName) with
+// dranet's dra.net/rdma and dra.net/rdmaDevice.
+func Slices(node string, t *topology.Topology, opts ...Option) []resourcev1.ResourceSlice {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	std := func(pci topology.PCIFunction) map[resourcev1.QualifiedName]resourcev1.DeviceAttribute {
 		return map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
 			dra.AttrPCIBusID: {StringValue: ptr.To(pci.Address)},
@@ -39,7 +55,7 @@ func Slices(node string, t *topology.Topology) []resourcev1.ResourceSlice {
 		attrs := std(g.PCI)
 		attrs["uuid"] = resourcev1.DeviceAttribute{StringValue: ptr.To(g.UUID)}
 		attrs["productName"] = resourcev1.DeviceAttribute{StringValue: ptr.To(g.Name)}
-		gpus = append(gpus, resourcev1.Device{Name: fmt.Sprintf("gpu-%d", i), Attributes: attrs})
+		gpus = append(gpus, resourcev1.Device{Name: GPUName(i), Attributes: attrs})
 	}
 	for _, n := range t.NICs {
 		if n.PhysFn != "" {
@@ -48,7 +64,11 @@ func Slices(node string, t *topology.Topology) []resourcev1.ResourceSlice {
 		attrs := std(n.PCI)
 		attrs[NICDriver+"/rdma"] = resourcev1.DeviceAttribute{BoolValue: ptr.To(true)}
 		attrs[NICDriver+"/rdmaDevice"] = resourcev1.DeviceAttribute{StringValue: ptr.To(n.Name)}
-		nics = append(nics, resourcev1.Device{Name: strings.ReplaceAll(n.Name, "_", "-"), Attributes: attrs})
+		d := resourcev1.Device{Name: NICName(n.Name), Attributes: attrs}
+		if o.sharedNICs {
+			d.AllowMultipleAllocations = ptr.To(true)
+		}
+		nics = append(nics, d)
 	}
 	slice := func(driver string, devices []resourcev1.Device) resourcev1.ResourceSlice {
 		return resourcev1.ResourceSlice{
@@ -63,6 +83,13 @@ func Slices(node string, t *topology.Topology) []resourcev1.ResourceSlice {
 	}
 	return []resourcev1.ResourceSlice{slice(GPUDriver, gpus), slice(NICDriver, nics)}
 }
+
+// GPUName is the device name of GPU position i.
+func GPUName(i int) string { return fmt.Sprintf("gpu-%d", i) }
+
+// NICName is the device name of an RDMA device: a DNS label, as device
+// names must be.
+func NICName(rdma string) string { return strings.ReplaceAll(rdma, "_", "-") }
 
 // DeviceClasses select each driver's devices, as the drivers' Helm charts
 // install them: gpu.nvidia.com and dranet.net (dra.GPUClass, dra.NICClass).
