@@ -10,7 +10,7 @@ DEMO_PROFILE ?= oci-bm-gpu-h100-8-8gpu-8x2portcx7
 DEMO_REPORT ?= _output/demo
 FUZZTIME     ?= 10s
 
-.PHONY: all build images test test-compat vet demo demo-large demo-topo bench fuzz clean
+.PHONY: all build images test test-compat vet demo demo-large demo-dra demo-topo bench fuzz clean
 
 all: build
 
@@ -92,6 +92,12 @@ demo:
 # "The large scenario"; under 10 minutes on 2 cores once built).
 demo-large:
 	$(GO) run ./cmd/nicaffinity-sim simulate --scenario large --runs 1 --report $(DEMO_REPORT)-large
+
+# The default scenario on a DRA cluster: jobs claim GPUs and NICs through
+# DRA drivers' stand-ins; the columns differ in their claims (docs/dra.md,
+# "Simulating a DRA cluster").
+demo-dra:
+	$(GO) run ./cmd/nicaffinity-sim simulate --dra --report $(DEMO_REPORT)-dra
 
 # The topology of a bundled real machine, as nvidia-smi topo -m prints it.
 demo-topo:

@@ -38,7 +38,7 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 		{[]string{"simulate", "--scenario", "huge"}, `--scenario "huge": want default or large`},
 		{[]string{"simulate", "--columns", "required+proxy,fastest"}, `--columns: no column "fastest" (known: required+proxy, preferred+proxy, required (advice), default-scheduler, dra generated, dra pcieRoot, dra unconstrained)`},
 		{[]string{"simulate", "--dra", "--cluster", profile, "--workload", eightNoVF}, "pool ndv2: DRA columns need machines read from sysfs: profile/azure-ndv2-v100-8gpu comes from profile azure-ndv2-v100-8gpu, which names no PCIe root complexes"},
-		{[]string{"simulate", "--dra", "--cluster", noVFs, "--workload", eightNoVF}, "column dra generated, jobs of 8 GPUs with a NIC: 8 groups of 1 GPUs, each with its own aligned NIC: half-nics has room for 4"},
+		{[]string{"simulate", "--dra", "--cluster", noVFs, "--workload", eightNoVF}, "column dra generated, jobs of 8 GPUs with a NIC: 8 GPUs, each with an aligned NIC: half-nics has 4 such GPUs"},
 		{[]string{"bench", "--nodes", "0"}, "--nodes and --pods must be positive"},
 		{[]string{"bench", "-o", "yaml"}, `--output "yaml": want text or json`},
 		{[]string{"bench", "--rounds", "0"}, "--rounds 0: want 1 to 100"},

@@ -122,7 +122,7 @@ default to the NVIDIA GPU driver's and dranet's (docs/dra.md).`,
 	f.IntVar(&o.claim.GPUs, "gpus", o.claim.GPUs, "GPUs in the claim")
 	f.IntVar(&o.claim.GPUsPerNIC, "gpus-per-nic", o.claim.GPUsPerNIC, "GPUs that share one NIC")
 	f.BoolVar(&o.claim.Derived, "derived", false, "allow a derived attribute where pcieRoot is not enough (DRADerivedAttributes feature gate)")
-	f.BoolVar(&o.claim.SharedNICs, "shared-nics", false, "the NIC driver shares NICs between claims (allowMultipleAllocations): groups may share a NIC, as with the RDMA shared device plugin")
+	f.BoolVar(&o.claim.SharedNICs, "shared-nics", false, "the NIC driver shares NICs between claims (allowMultipleAllocations), as the RDMA shared device plugin does: select the GPUs that have an aligned NIC and take every NIC (no pairs, no alpha feature)")
 	f.StringVar(&o.claim.Name, "name", o.claim.Name, "the template's name")
 	f.StringVarP(&o.claim.Namespace, "namespace", "n", o.claim.Namespace, "the template's namespace")
 	f.StringVar(&o.claim.GPUClass, "gpu-class", o.claim.GPUClass, "the GPUs' DeviceClass")
@@ -174,7 +174,11 @@ func (o *draClaimsOptions) run(w io.Writer) error {
 		return err
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "# %s: %d GPUs, %d per NIC, aligned at %s or closer by %s.\n", name, o.claim.GPUs, o.claim.GPUsPerNIC, level, c.Method)
+	if c.Method == dra.MethodSelector {
+		fmt.Fprintf(&sb, "# %s: %d GPUs with every NIC (shared), aligned at %s or closer by %s.\n", name, o.claim.GPUs, level, c.Method)
+	} else {
+		fmt.Fprintf(&sb, "# %s: %d GPUs, %d per NIC, aligned at %s or closer by %s.\n", name, o.claim.GPUs, o.claim.GPUsPerNIC, level, c.Method)
+	}
 	for _, n := range c.Notes {
 		fmt.Fprintf(&sb, "# %s\n", n)
 	}

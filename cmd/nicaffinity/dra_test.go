@@ -80,7 +80,7 @@ func TestDRAClaimsBadInput(t *testing.T) {
 		{[]string{"--machine", "hgx-h100-8gpu-8nic", "--gpus", "4", "--gpus-per-nic", "4"}, "4 GPUs per NIC is larger than any switch"},
 		{[]string{"--machine", "half-nic-8gpu-2nic"}, "pcieRoot is not enough"},
 		{[]string{"--machine", "half-nic-8gpu-2nic", "--gpus", "6", "--derived"}, "6 groups of 1 GPUs, each with its own aligned NIC: half-nic-8gpu-2nic has room for 2"},
-		{[]string{"--machine", "half-nic-8gpu-2nic", "--gpus", "6", "--derived", "--shared-nics"}, "half-nic-8gpu-2nic has room for 4"},
+		{[]string{"--machine", "half-nic-8gpu-2nic", "--gpus", "6", "--derived", "--shared-nics"}, "6 GPUs, each with an aligned NIC: half-nic-8gpu-2nic has 4 such GPUs"},
 		{[]string{"--machine", "hgx-h100-8gpu-8nic", "--max-level", "CLOSE"}, "--max-level"},
 		{[]string{"--machine", "hgx-h100-8gpu-8nic", "-o", "xml"}, `--output "xml"`},
 		{[]string{"--machine", "hgx-h100-8gpu-8nic", "--sysfs-root", gpuOnly}, "exclusive"},

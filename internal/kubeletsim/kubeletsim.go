@@ -15,6 +15,7 @@ import (
 
 	"github.com/NVIDIA/go-gpuallocator/gpuallocator"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
@@ -261,16 +263,29 @@ func (k *Kubelet) admit(ctx context.Context, obj interface{}) {
 		k.server.SetPod(pod.Namespace, pod.Name, k.devicesOf(pod, a))
 	}
 	k.mu.Unlock()
+	admitErr := err
+	// The pod is admitted once (assigned is set): its status must land, so
+	// a conflict with another writer (the scheduler's condition, the
+	// ResourceClaim controller's claim statuses) is retried on a fresh copy.
 	status := pod.DeepCopy()
-	if err != nil {
-		status.Status.Phase = corev1.PodFailed
-		status.Status.Reason = "UnexpectedAdmissionError"
-		status.Status.Message = err.Error()
-	} else {
-		status.Status.Phase = corev1.PodRunning
-		status.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-	}
-	if _, err := k.kube.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, status, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if admitErr != nil {
+			status.Status.Phase = corev1.PodFailed
+			status.Status.Reason = "UnexpectedAdmissionError"
+			status.Status.Message = admitErr.Error()
+		} else {
+			status.Status.Phase = corev1.PodRunning
+			status.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		}
+		_, err := k.kube.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, status, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			if fresh, getErr := k.kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{}); getErr == nil {
+				status = fresh
+			}
+		}
+		return err
+	})
+	if err != nil && ctx.Err() == nil {
 		klog.V(2).InfoS("Simulated kubelet could not update pod status", "pod", klog.KObj(pod), "err", err)
 	}
 }

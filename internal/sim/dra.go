@@ -7,16 +7,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/controller/resourceclaim"
-	"k8s.io/kubernetes/pkg/features"
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
@@ -29,11 +26,11 @@ import (
 // its GPUs alone in every column.
 const (
 	// ClaimsGenerated: nicaffinity's template for the cluster's machines
-	// (dra.BuildClaimsFor): a GPU-NIC pair per GPU, matched on pcieRoot, or
-	// on a derived attribute where some machine needs it.
+	// with shared NICs (dra.BuildClaimsFor, MethodSelector): GPUs that
+	// have an aligned NIC, chosen by their bus IDs, and every NIC.
 	ClaimsGenerated = "generated"
-	// ClaimsPCIeRoot: the same pairs matched on pcieRoot alone, as the
-	// drivers' documentation suggests.
+	// ClaimsPCIeRoot: a GPU-NIC pair per GPU matched on pcieRoot, as the
+	// drivers' documentation suggests for alignment.
 	ClaimsPCIeRoot = "pcieRoot"
 	// ClaimsUnconstrained: N GPUs and one NIC, nothing matched.
 	ClaimsUnconstrained = "unconstrained"
@@ -95,7 +92,7 @@ func (p *Plan) claimSpecs(col Column) (map[string]resourcev1.ResourceClaimSpec, 
 		if p.Workload.RDMAShare == 0 {
 			continue
 		}
-		o := dra.ClaimOptions{GPUs: size, GPUsPerNIC: 1, MaxLevel: topology.LevelPXB, Derived: true, SharedNICs: true}
+		o := dra.ClaimOptions{GPUs: size, GPUsPerNIC: 1, MaxLevel: topology.LevelPXB, SharedNICs: true}
 		var spec resourcev1.ResourceClaimSpec
 		switch col.Claims {
 		case ClaimsGenerated:
@@ -131,14 +128,6 @@ func CheckColumns(p *Plan, cols []Column) error {
 	}
 	return nil
 }
-
-// derivedGate turns the DRADerivedAttributes feature gate on in this
-// process (the in-process apiserver's and scheduler's), once, before a DRA
-// column starts them: the generated templates need it where pcieRoot is
-// not enough.
-var derivedGate = sync.OnceValue(func() error {
-	return utilfeature.DefaultMutableFeatureGate.Set(string(features.DRADerivedAttributes) + "=true")
-})
 
 // startDRA readies a DRA column's control plane: the drivers' DeviceClasses,
 // the column's templates, and the real ResourceClaim controller, which

@@ -208,13 +208,6 @@ func Run(ctx context.Context, p *Plan, col Column, progress func(Progress)) (Res
 	}
 	env := runenv.New(strings.Split(scheduler, "-")[0])
 	defer env.Close()
-	if col.Kubelet == kubeletsim.DRA {
-		// Before the apiserver and the scheduler start: the scheduler
-		// reads its feature gates once.
-		if err := derivedGate(); err != nil {
-			return res, fmt.Errorf("feature gate DRADerivedAttributes: %w", err)
-		}
-	}
 	err := env.Run(func() {
 		cp := controlplane.Start(env)
 		// The exporters' write spacing is compressed with the workload: at

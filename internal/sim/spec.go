@@ -558,7 +558,7 @@ type nodeInfo struct {
 	// NICLevels, per RDMA NIC (PF) name, each GPU's level to it.
 	VFLevels  map[string][]topology.Level
 	NICLevels map[string][]topology.Level
-	VFNICs   int
+	VFNICs    int
 	// VFGroup is the most GPUs at PIX/PXB to one NIC with VFs: a pod with
 	// one VF uses one NIC, so that is the largest VF job that can align.
 	VFGroup int

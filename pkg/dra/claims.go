@@ -1,6 +1,7 @@
 package dra
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -25,6 +26,9 @@ const (
 const (
 	MethodPCIeRoot = "pcieRoot"
 	MethodDerived  = "derived"
+	// MethodSelector: with shared NICs, the GPUs that have an aligned NIC
+	// (a CEL selector on their bus IDs) and every NIC.
+	MethodSelector = "selector"
 )
 
 // ClaimOptions describe the claim: GPUs GPUs in groups of GPUsPerNIC, each
@@ -40,10 +44,11 @@ type ClaimOptions struct {
 	// (the DRADerivedAttributes feature gate, alpha in Kubernetes 1.37).
 	Derived bool
 	// SharedNICs: the NIC driver publishes its NICs with
-	// allowMultipleAllocations (consumable capacity), so groups of one
-	// claim and of several claims may share a NIC, as pods share one
-	// through the RDMA shared device plugin. Without it a NIC is one
-	// group's.
+	// allowMultipleAllocations (consumable capacity), so claims share them
+	// as pods share HCAs through the RDMA shared device plugin. The
+	// template then needs no pairs (MethodSelector): GPUs whose bus IDs
+	// have an aligned NIC, and every NIC, of which NCCL uses each GPU's
+	// nearest. Without it a NIC is one group's.
 	SharedNICs bool
 }
 
@@ -105,6 +110,9 @@ func BuildClaimsFor(machines []Machine, o ClaimOptions) (Claims, error) {
 		return Claims{}, fmt.Errorf("--gpus-per-nic %d: want at least 1", o.GPUsPerNIC)
 	case o.GPUs%o.GPUsPerNIC != 0:
 		return Claims{}, fmt.Errorf("--gpus %d is not a multiple of --gpus-per-nic %d", o.GPUs, o.GPUsPerNIC)
+	}
+	if o.SharedNICs {
+		return buildSelector(machines, o)
 	}
 	out := Claims{Method: MethodPCIeRoot}
 	checks := make([]Check, len(machines))
@@ -227,11 +235,7 @@ func fits(m Machine, units []unit, o ClaimOptions, groups int) error {
 			continue
 		}
 		largest = max(largest, len(u.gpus))
-		if o.SharedNICs {
-			capacity += len(u.gpus) / o.GPUsPerNIC
-		} else {
-			capacity += min(len(u.gpus)/o.GPUsPerNIC, len(u.nics))
-		}
+		capacity += min(len(u.gpus)/o.GPUsPerNIC, len(u.nics))
 	}
 	if largest < o.GPUsPerNIC {
 		return fmt.Errorf("%d GPUs per NIC is larger than any switch of %s: at most %d GPUs share a NIC at %s or closer", o.GPUsPerNIC, m.Name, largest, o.MaxLevel)
@@ -498,4 +502,97 @@ func (l labeler) key(root, bus string) string {
 		return bus
 	}
 	return root + "|" + bus
+}
+
+// buildSelector is the template for shared NICs: o.GPUs GPUs among those
+// with an RDMA NIC at o.MaxLevel or closer, chosen by a CEL selector on
+// their bus IDs (with several machines, pcieRoot and bus ID), and every
+// NIC. It has no constraints, so the scheduler's allocator picks GPUs
+// without the backtracking that a pair per GPU costs, and it needs no
+// alpha feature. A bus ID that is aligned on one machine and not on
+// another is refused, as is a request no machine has room for.
+func buildSelector(machines []Machine, o ClaimOptions) (Claims, error) {
+	out := Claims{Method: MethodSelector, Notes: []string{
+		"the claim takes every NIC, shared: the NIC driver must publish its NICs with allowMultipleAllocations (consumable capacity, beta and on by default since Kubernetes 1.36), as the RDMA shared device plugin hands every HCA to every pod; NCCL uses each GPU's nearest NIC, which the selector makes one at " + o.MaxLevel.String() + " or closer",
+	}}
+	multi := len(machines) > 1
+	keyOf := func(pci topology.PCIFunction) string {
+		if multi {
+			return pci.RootComplex + "|" + pci.Address
+		}
+		return pci.Address
+	}
+	aligned := make([]map[string]bool, len(machines)) // per machine, by key
+	selected := map[string]bool{}
+	for i, m := range machines {
+		t := m.Topology
+		pfs := 0
+		for _, n := range t.NICs {
+			if n.PhysFn == "" {
+				pfs++
+			}
+		}
+		if pfs == 0 {
+			return Claims{}, fmt.Errorf("machine %s has no RDMA NIC: nothing to align its GPUs with", m.Name)
+		}
+		if multi && t.Source != "sysfs" {
+			return Claims{}, fmt.Errorf("machine %s: %s", m.Name, CheckTopology(m.Name, t, o.MaxLevel).Why)
+		}
+		aligned[i] = map[string]bool{}
+		mx := t.Matrix()
+		for gi, g := range t.GPUs {
+			for j, n := range t.NICs {
+				if n.PhysFn == "" && mx.Cells[gi][len(t.GPUs)+j].Level <= o.MaxLevel {
+					aligned[i][keyOf(g.PCI)] = true
+					selected[keyOf(g.PCI)] = true
+				}
+			}
+		}
+	}
+	var misfits []string
+	for i, m := range machines {
+		for _, g := range m.Topology.GPUs {
+			if k := keyOf(g.PCI); selected[k] && !aligned[i][k] {
+				return Claims{}, fmt.Errorf("machine %s: GPU %s has no NIC at %s or closer, but another machine has an aligned GPU at the same address: generate a template per machine and keep each to its nodes", m.Name, g.PCI.Address, o.MaxLevel)
+			}
+		}
+		switch n := len(aligned[i]); {
+		case o.GPUs > len(m.Topology.GPUs):
+			misfits = append(misfits, fmt.Sprintf("%d GPUs: machine %s has %d", o.GPUs, m.Name, len(m.Topology.GPUs)))
+		case o.GPUs > n:
+			misfits = append(misfits, fmt.Sprintf("%d GPUs, each with an aligned NIC: %s has %d such GPUs", o.GPUs, m.Name, n))
+		}
+	}
+	switch {
+	case len(misfits) == 1 && len(machines) == 1:
+		return Claims{}, errors.New(misfits[0])
+	case len(misfits) == len(machines):
+		return Claims{}, fmt.Errorf("the request fits none of the machines: %s", strings.Join(misfits, "; "))
+	}
+	for _, m := range misfits {
+		out.Notes = append(out.Notes, "pods of this template cannot run on every machine: "+m)
+	}
+
+	var keys []string
+	for _, k := range slices.Sorted(maps.Keys(selected)) {
+		keys = append(keys, strconv.Quote(k))
+	}
+	const bus = `device.attributes["` + Domain + `"].pciBusID`
+	const root = `device.attributes["` + Domain + `"].pcieRoot`
+	key := bus
+	cond := `has(` + bus + `)`
+	if multi {
+		key = root + ` + "|" + ` + bus
+		cond += ` && has(` + root + `)`
+	}
+	gpus := resourcev1.ExactDeviceRequest{DeviceClassName: o.GPUClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: int64(o.GPUs),
+		Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: cond + ` && ` + key + ` in [` + strings.Join(keys, ", ") + `]`}}}}
+	nics := resourcev1.ExactDeviceRequest{DeviceClassName: o.NICClass, AllocationMode: resourcev1.DeviceAllocationModeAll}
+	out.Template = &resourcev1.ResourceClaimTemplate{
+		TypeMeta:   metav1.TypeMeta{APIVersion: resourcev1.SchemeGroupVersion.String(), Kind: "ResourceClaimTemplate"},
+		ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{
+			{Name: "gpus", Exactly: &gpus}, {Name: "nics", Exactly: &nics}}}}},
+	}
+	return out, nil
 }

@@ -138,11 +138,8 @@ func checkGroups(t *testing.T, name string, topo *topology.Topology, group func(
 	}
 }
 
-// TestBuildClaimsMixed: one template for a cluster of the HGX H100, DGX
-// A100, H20 and half-NIC shapes: the half-NIC shape needs a derived
-// attribute, the others keep their pcieRoot, and on every machine the
-// scheduler's CEL groups only aligned GPU-NIC pairs and loses none.
-func TestBuildClaimsMixed(t *testing.T) {
+// mixedMachines are the HGX H100, DGX A100, H20 and half-NIC shapes.
+func mixedMachines(t *testing.T) []Machine {
 	var ms []Machine
 	for _, b := range []struct {
 		name  string
@@ -150,10 +147,19 @@ func TestBuildClaimsMixed(t *testing.T) {
 	}{{"hgx-h100", sysfstest.HGXH100}, {"dgx-a100", sysfstest.DGXA100}, {"h20", sysfstest.H20SRIOV}, {"half-nic", sysfstest.HalfNICs}} {
 		ms = append(ms, Machine{Name: b.name, Topology: machine(t, b.build)})
 	}
+	return ms
+}
+
+// TestBuildClaimsMixed: one template for a cluster of four shapes: the
+// half-NIC shape needs a derived attribute, the others keep their
+// pcieRoot, and on every machine the scheduler's CEL groups only aligned
+// GPU-NIC pairs and loses none.
+func TestBuildClaimsMixed(t *testing.T) {
+	ms := mixedMachines(t)
 	if _, err := BuildClaimsFor(ms, ClaimOptions{GPUs: 1}); err == nil || !strings.Contains(err.Error(), "on half-nic pcieRoot is not enough") {
 		t.Fatalf("without Derived: %v", err)
 	}
-	c, err := BuildClaimsFor(ms, ClaimOptions{GPUs: 4, Derived: true, SharedNICs: true})
+	c, err := BuildClaimsFor(ms, ClaimOptions{GPUs: 2, Derived: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,21 +170,71 @@ func TestBuildClaimsMixed(t *testing.T) {
 	for _, m := range ms {
 		checkGroups(t, m.Name, m.Topology, group, false)
 	}
-	// Eight GPUs, one aligned NIC each: the HGX H100 has room, the half-NIC
-	// shape (four aligned GPUs) does not, and the template says so.
-	c, err = BuildClaimsFor(ms, ClaimOptions{GPUs: 8, Derived: true, SharedNICs: true})
+	// Four GPUs, each with its own NIC: the half-NIC shape's two NICs are
+	// too few, which the template notes; on that shape alone it is an error.
+	c, err = BuildClaimsFor(ms, ClaimOptions{GPUs: 4, Derived: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Join(c.Notes, "\n"); !strings.Contains(n, "cannot run on every machine: 8 groups of 1 GPUs, each with its own aligned NIC: half-nic has room for") {
+	if n := strings.Join(c.Notes, "\n"); !strings.Contains(n, "cannot run on every machine: 4 groups of 1 GPUs, each with its own aligned NIC: half-nic has room for 2") {
 		t.Errorf("notes do not say the half-NIC shape is too small:\n%s", n)
 	}
-	// Without shared NICs a NIC is one group's: the H20's eleven NICs and
-	// the HGX H100's eight still fit, the half-NIC shape's two do not.
 	if _, err := BuildClaimsFor(ms[3:], ClaimOptions{GPUs: 4, Derived: true}); err == nil || !strings.Contains(err.Error(), "half-nic has room for 2") {
-		t.Errorf("four exclusive NICs on the half-NIC shape: %v", err)
+		t.Errorf("four NICs on the half-NIC shape: %v", err)
 	}
 	if _, err := BuildClaimsFor(nil, ClaimOptions{GPUs: 1}); err == nil {
 		t.Error("no machine: no error")
+	}
+}
+
+// TestBuildClaimsShared: with shared NICs the template selects, with the
+// scheduler's own CEL, exactly the GPUs that have an aligned NIC on every
+// machine of a mixed cluster, and takes every NIC; no constraint, no
+// derived attribute.
+func TestBuildClaimsShared(t *testing.T) {
+	ms := mixedMachines(t)
+	c, err := BuildClaimsFor(ms, ClaimOptions{GPUs: 4, SharedNICs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := c.Template.Spec.Spec.Devices
+	if c.Method != MethodSelector || len(devs.Requests) != 2 || len(devs.Constraints) != 0 {
+		t.Fatalf("method %s, %+v", c.Method, devs)
+	}
+	gpus, nics := devs.Requests[0].Exactly, devs.Requests[1].Exactly
+	if gpus.Count != 4 || len(gpus.Selectors) != 1 || gpus.DerivedAttributes != nil || nics.AllocationMode != resourcev1.DeviceAllocationModeAll || nics.DeviceClassName != NICClass {
+		t.Fatalf("requests %+v, %+v", gpus, nics)
+	}
+	sel := cel.GetCompiler(cel.Features{}).CompileCELExpression(gpus.Selectors[0].CEL.Expression, cel.Options{})
+	if sel.Error != nil {
+		t.Fatalf("selector does not compile: %v", sel.Error)
+	}
+	for _, m := range ms {
+		mx := m.Topology.Matrix()
+		for i, g := range m.Topology.GPUs {
+			want := false
+			for j, n := range m.Topology.NICs {
+				want = want || n.PhysFn == "" && mx.Cells[i][len(m.Topology.GPUs)+j].Level <= topology.LevelPXB
+			}
+			d := cel.Device{Driver: "gpu.nvidia.com", Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+				AttrPCIBusID: {StringValue: &g.PCI.Address}, AttrPCIeRoot: {StringValue: &g.PCI.RootComplex}}}
+			got, _, err := sel.DeviceMatches(context.Background(), d)
+			if err != nil || got != want {
+				t.Errorf("%s GPU %s: selected %v (%v), want %v", m.Name, g.PCI.Address, got, err, want)
+			}
+		}
+	}
+	if ok, _, err := sel.DeviceMatches(context.Background(), cel.Device{Driver: "gpu.nvidia.com"}); ok || err != nil {
+		t.Errorf("a GPU without bus ID or root: selected %v (%v)", ok, err)
+	}
+	c, err = BuildClaimsFor(ms, ClaimOptions{GPUs: 8, SharedNICs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Join(c.Notes, "\n"); !strings.Contains(n, "cannot run on every machine: 8 GPUs, each with an aligned NIC: half-nic has 4 such GPUs") {
+		t.Errorf("notes:\n%s", n)
+	}
+	if _, err := BuildClaimsFor(ms[3:], ClaimOptions{GPUs: 6, SharedNICs: true}); err == nil || err.Error() != "6 GPUs, each with an aligned NIC: half-nic has 4 such GPUs" {
+		t.Errorf("six GPUs on the half-NIC shape: %v", err)
 	}
 }
