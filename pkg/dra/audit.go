@@ -46,6 +46,20 @@ func (x *Index) PCI(r DeviceRef) (string, bool) {
 	return a, ok
 }
 
+// Addresses are the PCI addresses the slices publish, sorted.
+func (x *Index) Addresses() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, a := range x.pci {
+		if !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // IndexSlices indexes the slices of node (others are skipped). Of each
 // pool, only the slices of its newest generation count, as for the
 // scheduler: older ones are being replaced.

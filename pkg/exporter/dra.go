@@ -15,29 +15,33 @@ import (
 
 // claimed is what the pods of this node hold through DRA ResourceClaims:
 // per pod ("namespace/name") the PCI addresses of their allocated devices,
-// and all of them together (held, so not free in the node's object).
+// and all of them together (held, so not free in the node's object); and
+// the PCI addresses the node's ResourceSlices publish, when they were read.
 type claimed struct {
-	byPod    map[string]dra.PodDevices
-	all      []string
-	problems []string
+	byPod     map[string]dra.PodDevices
+	all       []string
+	published []string
+	problems  []string
 }
 
 // claimedDevices reads the allocated claims of this node's pods and maps
 // their devices to PCI addresses through the node's ResourceSlices
-// (pkg/dra). Nothing here fails a sync: a cluster without resource.k8s.io/v1,
-// or an exporter without the RBAC to read it, has nothing to audit, and it
-// is logged.
-func (e *Exporter) claimedDevices(ctx context.Context) claimed {
+// (pkg/dra). The slices are read when a pod holds claims, or when no
+// device plugin offers a GPU (a node whose GPUs a DRA driver publishes
+// has none, and they are not missing). Nothing here fails a sync: a
+// cluster without resource.k8s.io/v1, or an exporter without the RBAC to
+// read it, has nothing to audit, and it is logged.
+func (e *Exporter) claimedDevices(ctx context.Context, gpusOffered bool) claimed {
 	out := claimed{byPod: map[string]dra.PodDevices{}}
 	e.mu.Lock()
 	lister := e.podLister
 	e.mu.Unlock()
-	if e.kube == nil || lister == nil {
+	if e.kube == nil {
 		return out
 	}
-	pods, err := lister.List(labels.Everything()) // the informer holds this node's pods only
-	if err != nil {
-		return out
+	var pods []*corev1.Pod
+	if lister != nil {
+		pods, _ = lister.List(labels.Everything()) // the informer holds this node's pods only
 	}
 	claimsOf := map[string][]*resourcev1.ResourceClaim{}
 	for _, pod := range pods {
@@ -56,7 +60,7 @@ func (e *Exporter) claimedDevices(ctx context.Context) claimed {
 			}
 		}
 	}
-	if len(claimsOf) == 0 {
+	if len(claimsOf) == 0 && gpusOffered {
 		return out
 	}
 	slices, err := e.kube.ListResourceSlices(ctx, e.cfg.NodeName)
@@ -66,6 +70,7 @@ func (e *Exporter) claimedDevices(ctx context.Context) claimed {
 	}
 	idx := dra.IndexSlices(slices, e.cfg.NodeName)
 	out.problems = idx.Problems
+	out.published = idx.Addresses()
 	seen := map[string]bool{}
 	for key, claims := range claimsOf {
 		pd := idx.MapPod(claims)

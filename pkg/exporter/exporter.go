@@ -238,9 +238,13 @@ func (e *Exporter) build(ctx context.Context) (*v1alpha2.NodeResourceTopology, [
 		e.metrics.SourceErrors.Inc()
 		return nil, nil, snap, claimed{}, err
 	}
-	cl := e.claimedDevices(ctx)
+	gpusOffered := false
+	for _, d := range snap.Allocatable {
+		gpusOffered = gpusOffered || d.Resource == e.cfg.Resources.GPU
+	}
+	cl := e.claimedDevices(ctx, gpusOffered)
 	obj, problems := nrt.Build(nrt.Input{
-		Node: e.cfg.NodeName, Topology: topo, Snapshot: snap, Claimed: cl.all, Resources: e.cfg.Resources,
+		Node: e.cfg.NodeName, Topology: topo, Snapshot: snap, Claimed: cl.all, DRAPublished: cl.published, Resources: e.cfg.Resources,
 		TopologyManagerPolicy: e.cfg.TopologyManagerPolicy, TopologyManagerScope: e.cfg.TopologyManagerScope,
 	})
 	for _, p := range cl.problems {

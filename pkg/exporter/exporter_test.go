@@ -182,6 +182,33 @@ func TestRunAuditsDRAClaims(t *testing.T) {
 	}
 }
 
+// TestBuildDRAOnlyNode: on a node whose GPUs only a DRA driver publishes
+// (no GPU device plugin), the exporter reads the node's ResourceSlices and
+// does not report its GPUs as fallen off the bus; without the slices it does.
+func TestBuildDRAOnlyNode(t *testing.T) {
+	disc, topo := h20(t)
+	_, src := startKubelet(t, nil)
+	gpuProblems := func(kube Kube) int {
+		_, problems, _, err := New(DefaultConfig("n1"), disc, src, kube, &memoryPublisher{}, nil).Build(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, p := range problems {
+			if strings.HasPrefix(p.Device, "GPU ") {
+				n++
+			}
+		}
+		return n
+	}
+	if n := gpuProblems(newFakeKube().withSlices(dratest.Slices("n1", topo)...)); n != 0 {
+		t.Errorf("%d GPUs reported missing on a node whose DRA driver publishes them", n)
+	}
+	if n := gpuProblems(newFakeKube()); n != len(topo.GPUs) {
+		t.Errorf("%d GPUs reported missing with no device plugin and no DRA driver, want %d", n, len(topo.GPUs))
+	}
+}
+
 // TestRun drives the loop with fake clients and a real gRPC podresources
 // server: the object appears, follows an allocation, and a burst of triggers
 // is folded into few writes.

@@ -25,8 +25,12 @@ type Input struct {
 	// Claimed are the PCI addresses of devices that pods hold through DRA
 	// ResourceClaims: where the device plugins offer the same devices,
 	// these are not free.
-	Claimed   []string
-	Resources Resources
+	Claimed []string
+	// DRAPublished are the PCI addresses the node's DRA drivers publish in
+	// ResourceSlices: a GPU there that no device plugin offers is the DRA
+	// driver's to hand out, not missing.
+	DRAPublished []string
+	Resources    Resources
 	// TopologyManagerPolicy and Scope as the kubelet is configured ("none", "container" when unknown).
 	TopologyManagerPolicy string
 	TopologyManagerScope  string
@@ -119,8 +123,14 @@ func Build(in Input) (*v1alpha2.NodeResourceTopology, []Problem) {
 			problems = append(problems, Problem{Device: id, Reason: fmt.Sprintf("the device plugin offers %s device %q, which is no GPU of this node", in.Resources.GPU, id)})
 		}
 	}
+	draPublished := map[string]bool{}
+	for _, a := range in.DRAPublished {
+		if bus, err := topology.NormalizeBusID(a); err == nil {
+			draPublished[bus] = true
+		}
+	}
 	for i, g := range t.GPUs {
-		if !gpuHealthy[i] {
+		if !gpuHealthy[i] && !draPublished[g.PCI.Address] {
 			problems = append(problems, Problem{Device: fmt.Sprintf("GPU %d (%s)", g.Index, g.PCI.Address), Reason: "the device plugin does not offer it (fallen off the bus, Xid or unhealthy): published with allocatable 0"})
 		}
 	}

@@ -186,6 +186,28 @@ func TestBuildHGXH100(t *testing.T) {
 	}
 }
 
+// TestBuildDRAPublishedGPUs: on a node whose GPUs a DRA driver publishes
+// and no device plugin offers, the GPUs are not reported missing; one that
+// neither offers still is.
+func TestBuildDRAPublishedGPUs(t *testing.T) {
+	topo := h100(t, nil)
+	var published []string
+	for _, g := range topo.GPUs[1:] {
+		published = append(published, strings.ToUpper(g.PCI.Address)) // any spelling
+	}
+	_, problems := Build(Input{Node: "n", Topology: topo, Resources: DefaultResources(), DRAPublished: published})
+	var got []string
+	for _, p := range problems {
+		if strings.HasPrefix(p.Device, "GPU ") {
+			got = append(got, p.Device)
+		}
+	}
+	want := []string{fmt.Sprintf("GPU 0 (%s)", topo.GPUs[0].PCI.Address)}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("GPUs reported missing (-want,+got):\n%s", diff)
+	}
+}
+
 // TestBuildGolden pins the whole object of an idle HGX H100 node; the same
 // object is the example in docs/nrt-schema.md.
 func TestBuildGolden(t *testing.T) {
