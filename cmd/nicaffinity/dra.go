@@ -123,6 +123,7 @@ default to the NVIDIA GPU driver's and dranet's (docs/dra.md).`,
 	f.IntVar(&o.claim.GPUsPerNIC, "gpus-per-nic", o.claim.GPUsPerNIC, "GPUs that share one NIC")
 	f.BoolVar(&o.claim.Derived, "derived", false, "allow a derived attribute where pcieRoot is not enough (DRADerivedAttributes feature gate)")
 	f.BoolVar(&o.claim.SharedNICs, "shared-nics", false, "the NIC driver shares NICs between claims (allowMultipleAllocations), as the RDMA shared device plugin does: select the GPUs that have an aligned NIC and take every NIC (no pairs, no alpha feature)")
+	f.BoolVar(&o.claim.NoNIC, "no-nic", false, "a claim for a job that uses no NIC: GPUs without an aligned NIC first, any else (keeps the aligned GPUs for RDMA jobs)")
 	f.StringVar(&o.claim.Name, "name", o.claim.Name, "the template's name")
 	f.StringVarP(&o.claim.Namespace, "namespace", "n", o.claim.Namespace, "the template's namespace")
 	f.StringVar(&o.claim.GPUClass, "gpu-class", o.claim.GPUClass, "the GPUs' DeviceClass")
@@ -174,7 +175,9 @@ func (o *draClaimsOptions) run(w io.Writer) error {
 		return err
 	}
 	var sb strings.Builder
-	if c.Method == dra.MethodSelector {
+	if o.claim.NoNIC {
+		fmt.Fprintf(&sb, "# %s: %d GPUs for a job without a NIC, those past %s first, by %s.\n", name, o.claim.GPUs, level, c.Method)
+	} else if c.Method == dra.MethodSelector {
 		fmt.Fprintf(&sb, "# %s: %d GPUs with every NIC (shared), aligned at %s or closer by %s.\n", name, o.claim.GPUs, level, c.Method)
 	} else {
 		fmt.Fprintf(&sb, "# %s: %d GPUs, %d per NIC, aligned at %s or closer by %s.\n", name, o.claim.GPUs, o.claim.GPUsPerNIC, level, c.Method)

@@ -23,11 +23,12 @@ import (
 )
 
 // How a DRA column's jobs claim their devices. A job without a NIC claims
-// its GPUs alone in every column.
+// GPUs alone: any, or (generated) those without an aligned NIC first.
 const (
-	// ClaimsGenerated: nicaffinity's template for the cluster's machines
+	// ClaimsGenerated: nicaffinity's templates for the cluster's machines
 	// with shared NICs (dra.BuildClaimsFor, MethodSelector): GPUs that
-	// have an aligned NIC, chosen by their bus IDs, and every NIC.
+	// have an aligned NIC, chosen by their bus IDs, and every NIC; for a
+	// job without a NIC, GPUs without an aligned NIC first.
 	ClaimsGenerated = "generated"
 	// ClaimsPCIeRoot: a GPU-NIC pair per GPU matched on pcieRoot, as the
 	// drivers' documentation suggests for alignment.
@@ -88,7 +89,15 @@ func (p *Plan) claimSpecs(col Column) (map[string]resourcev1.ResourceClaimSpec, 
 			continue
 		}
 		gpus := resourcev1.ExactDeviceRequest{DeviceClassName: dra.GPUClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: int64(size)}
-		out[templateName(size, false)] = resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &gpus}}}}
+		plain := resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &gpus}}}}
+		if col.Claims == ClaimsGenerated {
+			c, err := dra.BuildClaimsFor(p.machines, dra.ClaimOptions{GPUs: size, MaxLevel: topology.LevelPXB, NoNIC: true})
+			if err != nil {
+				return nil, fmt.Errorf("column %s, jobs of %d GPUs without a NIC: %w", col.Name, size, err)
+			}
+			plain = c.Template.Spec.Spec
+		}
+		out[templateName(size, false)] = plain
 		if p.Workload.RDMAShare == 0 {
 			continue
 		}
@@ -105,8 +114,7 @@ func (p *Plan) claimSpecs(col Column) (map[string]resourcev1.ResourceClaimSpec, 
 			spec = dra.PairSpec(o, nil)
 		case ClaimsUnconstrained:
 			nic := resourcev1.ExactDeviceRequest{DeviceClassName: dra.NICClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}
-			plain := out[templateName(size, false)]
-			spec = *plain.DeepCopy()
+			spec = resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "gpus", Exactly: gpus.DeepCopy()}}}}
 			spec.Devices.Requests = append(spec.Devices.Requests, resourcev1.DeviceRequest{Name: "nic", Exactly: &nic})
 		default:
 			return nil, fmt.Errorf("column %s: claims %q: want %s, %s or %s", col.Name, col.Claims, ClaimsGenerated, ClaimsPCIeRoot, ClaimsUnconstrained)

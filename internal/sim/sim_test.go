@@ -706,7 +706,7 @@ func TestDocumentedWorkloads(t *testing.T) {
 //   - every column ran every job and its pairs add up.
 func TestRunDRA(t *testing.T) {
 	c := ClusterSpec{Pools: []Pool{{Name: "hgx", Count: 1, Machine: "hgx-h100-8gpu-8nic"}, {Name: "half", Count: 1, Machine: "half-nics"}}}
-	w := WorkloadSpec{Jobs: 6, Sizes: map[int]int{1: 1, 2: 1}, RDMAShare: 1, Interarrival: Duration(12 * time.Minute),
+	w := WorkloadSpec{Jobs: 6, Sizes: map[int]int{1: 1, 2: 1}, RDMAShare: 0.7, Interarrival: Duration(12 * time.Minute),
 		MinDuration: Duration(2 * time.Hour), MaxDuration: Duration(3 * time.Hour), MaxWait: Duration(20 * time.Hour),
 		TimeModel: DefaultTimeModel, TimeScale: 3600, Seed: 3}
 	p, err := Prepare(c, w)
@@ -731,9 +731,15 @@ func TestRunDRA(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	wantPairs := 0
+	wantPairs, rdma := 0, 0
 	for _, j := range p.jobs {
-		wantPairs += j.GPUs
+		if j.RDMA {
+			wantPairs += j.GPUs
+			rdma++
+		}
+	}
+	if rdma == 0 || rdma == len(p.jobs) {
+		t.Fatalf("seed draws %d RDMA jobs of %d: want both kinds", rdma, len(p.jobs))
 	}
 	for _, r := range results {
 		t.Logf("%s: pairs %v, GPUDirect %d of %d, %.2f GPU-h lost", r.Column.Name, r.PairLevels, r.GPUDirectJobs, r.RDMAJobs, r.GPUHoursLost)
@@ -741,13 +747,13 @@ func TestRunDRA(t *testing.T) {
 		for _, n := range r.PairLevels {
 			pairs += n
 		}
-		if r.Finished != 6 || r.RDMAJobs != 6 || pairs != wantPairs {
-			t.Errorf("%s: finished %d, RDMA jobs %d, pairs %v: want 6, 6 and %d pairs", r.Column.Name, r.Finished, r.RDMAJobs, r.PairLevels, wantPairs)
+		if r.Finished != 6 || r.RDMAJobs != rdma || pairs != wantPairs {
+			t.Errorf("%s: finished %d, RDMA jobs %d, pairs %v: want 6, %d and %d pairs", r.Column.Name, r.Finished, r.RDMAJobs, r.PairLevels, rdma, wantPairs)
 		}
 		switch r.Column.Claims {
 		case ClaimsGenerated:
-			if r.GPUDirectJobs != 6 || r.GPUHoursLost != 0 || r.PairLevels["PHB"]+r.PairLevels["NODE"]+r.PairLevels["SYS"] != 0 {
-				t.Errorf("%s: %d of 6 jobs with GPUDirect RDMA, %.2f GPU-h lost, pairs %v: want all aligned", r.Column.Name, r.GPUDirectJobs, r.GPUHoursLost, r.PairLevels)
+			if r.GPUDirectJobs != rdma || r.GPUHoursLost != 0 || r.PairLevels["PHB"]+r.PairLevels["NODE"]+r.PairLevels["SYS"] != 0 {
+				t.Errorf("%s: %d of %d jobs with GPUDirect RDMA, %.2f GPU-h lost, pairs %v: want all aligned", r.Column.Name, r.GPUDirectJobs, rdma, r.GPUHoursLost, r.PairLevels)
 			}
 		case ClaimsPCIeRoot:
 			if r.PairLevels["NODE"]+r.PairLevels["SYS"] != 0 {

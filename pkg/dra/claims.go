@@ -50,6 +50,10 @@ type ClaimOptions struct {
 	// have an aligned NIC, and every NIC, of which NCCL uses each GPU's
 	// nearest. Without it a NIC is one group's.
 	SharedNICs bool
+	// NoNIC is a claim for a job that uses no NIC: GPUs without an
+	// aligned NIC first (a prioritized list), any else, so that the GPUs
+	// next to NICs stay free for jobs that use them.
+	NoNIC bool
 }
 
 // Claims is a generated template and how it aligns.
@@ -111,7 +115,7 @@ func BuildClaimsFor(machines []Machine, o ClaimOptions) (Claims, error) {
 	case o.GPUs%o.GPUsPerNIC != 0:
 		return Claims{}, fmt.Errorf("--gpus %d is not a multiple of --gpus-per-nic %d", o.GPUs, o.GPUsPerNIC)
 	}
-	if o.SharedNICs {
+	if o.SharedNICs || o.NoNIC {
 		return buildSelector(machines, o)
 	}
 	out := Claims{Method: MethodPCIeRoot}
@@ -504,7 +508,8 @@ func (l labeler) key(root, bus string) string {
 	return root + "|" + bus
 }
 
-// buildSelector is the template for shared NICs: o.GPUs GPUs among those
+// buildSelector is the template for shared NICs (or, NoNIC, for GPUs
+// alone, aligned ones last): o.GPUs GPUs among those
 // with an RDMA NIC at o.MaxLevel or closer, chosen by a CEL selector on
 // their bus IDs (with several machines, pcieRoot and bus ID), and every
 // NIC. It has no constraints, so the scheduler's allocator picks GPUs
@@ -515,6 +520,9 @@ func buildSelector(machines []Machine, o ClaimOptions) (Claims, error) {
 	out := Claims{Method: MethodSelector, Notes: []string{
 		"the claim takes every NIC, shared: the NIC driver must publish its NICs with allowMultipleAllocations (consumable capacity, beta and on by default since Kubernetes 1.36), as the RDMA shared device plugin hands every HCA to every pod; NCCL uses each GPU's nearest NIC, which the selector makes one at " + o.MaxLevel.String() + " or closer",
 	}}
+	if o.NoNIC {
+		out.Notes = []string{"GPUs for a job that uses no NIC: first those without a NIC at " + o.MaxLevel.String() + " or closer (a prioritized list, firstAvailable), any GPUs when too few of those are free, so that the GPUs next to NICs stay free for jobs that use them"}
+	}
 	multi := len(machines) > 1
 	keyOf := func(pci topology.PCIFunction) string {
 		if multi {
@@ -532,7 +540,7 @@ func buildSelector(machines []Machine, o ClaimOptions) (Claims, error) {
 				pfs++
 			}
 		}
-		if pfs == 0 {
+		if pfs == 0 && !o.NoNIC {
 			return Claims{}, fmt.Errorf("machine %s has no RDMA NIC: nothing to align its GPUs with", m.Name)
 		}
 		if multi && t.Source != "sysfs" {
@@ -552,14 +560,16 @@ func buildSelector(machines []Machine, o ClaimOptions) (Claims, error) {
 	var misfits []string
 	for i, m := range machines {
 		for _, g := range m.Topology.GPUs {
-			if k := keyOf(g.PCI); selected[k] && !aligned[i][k] {
+			// A GPU taken for aligned where it is not would be handed to an
+			// RDMA job; for a job without a NIC it only moves a preference.
+			if k := keyOf(g.PCI); selected[k] && !aligned[i][k] && !o.NoNIC {
 				return Claims{}, fmt.Errorf("machine %s: GPU %s has no NIC at %s or closer, but another machine has an aligned GPU at the same address: generate a template per machine and keep each to its nodes", m.Name, g.PCI.Address, o.MaxLevel)
 			}
 		}
 		switch n := len(aligned[i]); {
 		case o.GPUs > len(m.Topology.GPUs):
 			misfits = append(misfits, fmt.Sprintf("%d GPUs: machine %s has %d", o.GPUs, m.Name, len(m.Topology.GPUs)))
-		case o.GPUs > n:
+		case o.GPUs > n && !o.NoNIC:
 			misfits = append(misfits, fmt.Sprintf("%d GPUs, each with an aligned NIC: %s has %d such GPUs", o.GPUs, m.Name, n))
 		}
 	}
@@ -585,14 +595,28 @@ func buildSelector(machines []Machine, o ClaimOptions) (Claims, error) {
 		key = root + ` + "|" + ` + bus
 		cond += ` && has(` + root + `)`
 	}
-	gpus := resourcev1.ExactDeviceRequest{DeviceClassName: o.GPUClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: int64(o.GPUs),
-		Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: cond + ` && ` + key + ` in [` + strings.Join(keys, ", ") + `]`}}}}
-	nics := resourcev1.ExactDeviceRequest{DeviceClassName: o.NICClass, AllocationMode: resourcev1.DeviceAllocationModeAll}
+	isAligned := cond + ` && ` + key + ` in [` + strings.Join(keys, ", ") + `]`
+	var requests []resourcev1.DeviceRequest
+	switch {
+	case o.NoNIC && len(keys) == 0:
+		requests = []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: o.GPUClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: int64(o.GPUs)}}}
+	case o.NoNIC:
+		requests = []resourcev1.DeviceRequest{{Name: "gpus", FirstAvailable: []resourcev1.DeviceSubRequest{
+			{Name: "apart", DeviceClassName: o.GPUClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: int64(o.GPUs),
+				Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `!(` + isAligned + `)`}}}},
+			{Name: "any", DeviceClassName: o.GPUClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: int64(o.GPUs)},
+		}}}
+	default:
+		requests = []resourcev1.DeviceRequest{
+			{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: o.GPUClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: int64(o.GPUs),
+				Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: isAligned}}}}},
+			{Name: "nics", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: o.NICClass, AllocationMode: resourcev1.DeviceAllocationModeAll}},
+		}
+	}
 	out.Template = &resourcev1.ResourceClaimTemplate{
 		TypeMeta:   metav1.TypeMeta{APIVersion: resourcev1.SchemeGroupVersion.String(), Kind: "ResourceClaimTemplate"},
 		ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
-		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{
-			{Name: "gpus", Exactly: &gpus}, {Name: "nics", Exactly: &nics}}}}},
+		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: requests}}},
 	}
 	return out, nil
 }

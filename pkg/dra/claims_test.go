@@ -238,3 +238,51 @@ func TestBuildClaimsShared(t *testing.T) {
 		t.Errorf("six GPUs on the half-NIC shape: %v", err)
 	}
 }
+
+// TestBuildClaimsNoNIC: a claim for GPUs alone prefers, with the
+// scheduler's CEL, exactly the GPUs that have no aligned NIC, and falls
+// back to any; on a machine without NICs it is a plain count.
+func TestBuildClaimsNoNIC(t *testing.T) {
+	ms := mixedMachines(t)
+	c, err := BuildClaimsFor(ms, ClaimOptions{GPUs: 2, NoNIC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := c.Template.Spec.Spec.Devices.Requests
+	if len(reqs) != 1 || reqs[0].Exactly != nil || len(reqs[0].FirstAvailable) != 2 {
+		t.Fatalf("requests %+v", reqs)
+	}
+	apart, anyGPU := reqs[0].FirstAvailable[0], reqs[0].FirstAvailable[1]
+	if apart.Count != 2 || anyGPU.Count != 2 || len(anyGPU.Selectors) != 0 || len(apart.Selectors) != 1 {
+		t.Fatalf("subrequests %+v, %+v", apart, anyGPU)
+	}
+	sel := cel.GetCompiler(cel.Features{}).CompileCELExpression(apart.Selectors[0].CEL.Expression, cel.Options{})
+	if sel.Error != nil {
+		t.Fatalf("selector does not compile: %v", sel.Error)
+	}
+	for _, m := range ms {
+		mx := m.Topology.Matrix()
+		for i, g := range m.Topology.GPUs {
+			aligned := false
+			for j, n := range m.Topology.NICs {
+				aligned = aligned || n.PhysFn == "" && mx.Cells[i][len(m.Topology.GPUs)+j].Level <= topology.LevelPXB
+			}
+			d := cel.Device{Driver: "gpu.nvidia.com", Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+				AttrPCIBusID: {StringValue: &g.PCI.Address}, AttrPCIeRoot: {StringValue: &g.PCI.RootComplex}}}
+			if got, _, err := sel.DeviceMatches(context.Background(), d); err != nil || got == aligned {
+				t.Errorf("%s GPU %s (aligned %v): preferred %v (%v)", m.Name, g.PCI.Address, aligned, got, err)
+			}
+		}
+	}
+	noNIC := machine(t, func(tr *sysfstest.Tree) { tr.GPU("pci0000:00/0000:00:01.0/0000:01:00.0", 0, "0-7") })
+	c, err = BuildClaims("m", noNIC, ClaimOptions{GPUs: 1, NoNIC: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Template.Spec.Spec.Devices.Requests; len(r) != 1 || r[0].Exactly == nil || r[0].Exactly.Count != 1 || len(r[0].Exactly.Selectors) != 0 {
+		t.Errorf("on a machine without NICs: %+v", r)
+	}
+	if _, err := BuildClaims("m", noNIC, ClaimOptions{GPUs: 2, NoNIC: true}); err == nil || err.Error() != "2 GPUs: machine m has 1" {
+		t.Errorf("two GPUs of one: %v", err)
+	}
+}
