@@ -133,6 +133,12 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 	if err != nil {
 		return err
 	}
+	if o.dra && w.VFShare > 0 {
+		// The draw is the same (the VF coin is tossed for every RDMA job
+		// whatever the share), so the jobs are those of device-plugin mode.
+		fmt.Fprintf(progress, "--dra: VF jobs (vfShare %g) claim NICs as the other RDMA jobs do: no SR-IOV DRA driver is simulated\n", w.VFShare)
+		w.VFShare = 0
+	}
 	if o.dra && o.cluster == "" {
 		var left []string
 		c, left = sim.SysfsPools(c)

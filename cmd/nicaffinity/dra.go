@@ -90,8 +90,9 @@ func printDRACheck(w io.Writer, c dra.Check, output string) error {
 }
 
 type draClaimsOptions struct {
-	machine, sysfsRoot, output, maxLevel string
-	claim                                dra.ClaimOptions
+	machines                    []string
+	sysfsRoot, output, maxLevel string
+	claim                       dra.ClaimOptions
 }
 
 func newDRACommand() *cobra.Command {
@@ -117,7 +118,7 @@ default to the NVIDIA GPU driver's and dranet's (docs/dra.md).`,
 		},
 	}
 	f := claims.Flags()
-	f.StringVar(&o.machine, "machine", "", "a built-in machine shape: "+machineNames())
+	f.StringSliceVar(&o.machines, "machine", nil, "a built-in machine shape, or several (repeated or comma-separated) for one template that aligns on each: "+machineNames())
 	f.StringVar(&o.sysfsRoot, "sysfs-root", "", "read this directory as the machine's /sys (default: this host's, without --machine)")
 	f.IntVar(&o.claim.GPUs, "gpus", o.claim.GPUs, "GPUs in the claim")
 	f.IntVar(&o.claim.GPUsPerNIC, "gpus-per-nic", o.claim.GPUsPerNIC, "GPUs that share one NIC")
@@ -143,25 +144,35 @@ func (o *draClaimsOptions) run(w io.Writer) error {
 		return fmt.Errorf("--max-level: %w", err)
 	}
 	o.claim.MaxLevel = level
-	var topo *topology.Topology
-	name := o.machine
+	var machines []dra.Machine
 	switch {
-	case o.machine != "" && o.sysfsRoot != "":
+	case len(o.machines) > 0 && o.sysfsRoot != "":
 		return fmt.Errorf("--machine and --sysfs-root are exclusive")
-	case o.machine != "":
-		topo, err = loadMachine(o.machine)
+	case len(o.machines) > 0:
+		for _, m := range o.machines {
+			topo, err := loadMachine(m)
+			if err != nil {
+				return err
+			}
+			machines = append(machines, dra.Machine{Name: m, Topology: topo})
+		}
 	default:
 		root := o.sysfsRoot
 		if root == "" {
 			root = "/sys"
 		}
-		name = "sysfs " + root
-		topo, err = discovery.Host{SysfsRoot: root, NVMLMode: discovery.NVMLAuto, NVML: nvmlgpu.New()}.Discover()
+		topo, err := discovery.Host{SysfsRoot: root, NVMLMode: discovery.NVMLAuto, NVML: nvmlgpu.New()}.Discover()
+		if err != nil {
+			return err
+		}
+		machines = []dra.Machine{{Name: "sysfs " + root, Topology: topo}}
 	}
-	if err != nil {
-		return err
+	var names []string
+	for _, m := range machines {
+		names = append(names, m.Name)
 	}
-	c, err := dra.BuildClaims(name, topo, o.claim)
+	name := strings.Join(names, ", ")
+	c, err := dra.BuildClaimsFor(machines, o.claim)
 	if err != nil {
 		return err
 	}

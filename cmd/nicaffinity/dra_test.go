@@ -64,6 +64,29 @@ func TestDRAClaims(t *testing.T) {
 	if !strings.HasPrefix(out, "# dgx-a100-8gpu-10nic: 4 GPUs, 2 per NIC, aligned at PXB or closer by pcieRoot.") {
 		t.Errorf("header: %s", strings.SplitN(out, "\n", 2)[0])
 	}
+
+	// Several machines, one template; each of the three shapes of claim
+	// decodes strictly.
+	for _, tc := range []struct {
+		args   []string
+		header string
+	}{
+		{[]string{"--machine", "hgx-h100-8gpu-8nic,half-nic-8gpu-2nic", "--derived"}, "# hgx-h100-8gpu-8nic, half-nic-8gpu-2nic: 1 GPUs, 1 per NIC, aligned at PXB or closer by derived."},
+		{[]string{"--machine", "hgx-h100-8gpu-8nic", "--machine", "half-nic-8gpu-2nic", "--shared-nics", "--gpus", "2"}, "# hgx-h100-8gpu-8nic, half-nic-8gpu-2nic: 2 GPUs with every NIC (shared), aligned at PXB or closer by selector."},
+		{[]string{"--machine", "half-nic-8gpu-2nic", "--no-nic", "--gpus", "2"}, "# half-nic-8gpu-2nic: 2 GPUs for a job without a NIC, those past PXB first, by selector."},
+	} {
+		out, err := runCLI(t, append([]string{"dra", "claims"}, tc.args...)...)
+		if err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+			continue
+		}
+		if err := yaml.UnmarshalStrict([]byte(out), &resourcev1.ResourceClaimTemplate{}); err != nil {
+			t.Errorf("%v: not a ResourceClaimTemplate: %v", tc.args, err)
+		}
+		if h := strings.SplitN(out, "\n", 2)[0]; h != tc.header {
+			t.Errorf("%v: header %q, want %q", tc.args, h, tc.header)
+		}
+	}
 }
 
 func TestDRAClaimsBadInput(t *testing.T) {
@@ -79,6 +102,8 @@ func TestDRAClaimsBadInput(t *testing.T) {
 		{[]string{"--sysfs-root", gpuOnly}, "has no RDMA NIC"},
 		{[]string{"--machine", "hgx-h100-8gpu-8nic", "--gpus", "4", "--gpus-per-nic", "4"}, "4 GPUs per NIC is larger than any switch"},
 		{[]string{"--machine", "half-nic-8gpu-2nic"}, "pcieRoot is not enough"},
+		{[]string{"--machine", "hgx-h100-8gpu-8nic,half-nic-8gpu-2nic"}, "on half-nic-8gpu-2nic pcieRoot is not enough"},
+		{[]string{"--machine", "hgx-h100-8gpu-8nic,dgx-z100"}, `unknown machine shape "dgx-z100"`},
 		{[]string{"--machine", "half-nic-8gpu-2nic", "--gpus", "6", "--derived"}, "6 groups of 1 GPUs, each with its own aligned NIC: half-nic-8gpu-2nic has room for 2"},
 		{[]string{"--machine", "half-nic-8gpu-2nic", "--gpus", "6", "--derived", "--shared-nics"}, "6 GPUs, each with an aligned NIC: half-nic-8gpu-2nic has 4 such GPUs"},
 		{[]string{"--machine", "hgx-h100-8gpu-8nic", "--max-level", "CLOSE"}, "--max-level"},
