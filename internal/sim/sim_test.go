@@ -601,21 +601,8 @@ func TestRun(t *testing.T) {
 		t.Fatalf("seed draws no VF job: %+v", p.jobs)
 	}
 	rep := NewReport(p, Columns)
-	results := make([]Result, len(Columns))
 	progress := make([][]Progress, len(Columns))
-	var wg sync.WaitGroup
-	for i, col := range Columns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := Run(context.Background(), p, col, func(p Progress) { progress[i] = append(progress[i], p) })
-			if err != nil {
-				t.Errorf("%s: %v", col.Name, err)
-			}
-			results[i] = r
-		}()
-	}
-	wg.Wait()
+	results := runColumns(t, p, Columns, progress)
 	if t.Failed() {
 		return
 	}
@@ -716,18 +703,7 @@ func TestRunDRA(t *testing.T) {
 	if err := CheckColumns(p, DRAColumns); err != nil {
 		t.Fatal(err)
 	}
-	results := make([]Result, len(DRAColumns))
-	var wg sync.WaitGroup
-	for i, col := range DRAColumns {
-		wg.Go(func() {
-			r, err := Run(context.Background(), p, col, nil)
-			if err != nil {
-				t.Errorf("%s: %v", col.Name, err)
-			}
-			results[i] = r
-		})
-	}
-	wg.Wait()
+	results := runColumns(t, p, DRAColumns, nil)
 	if t.Failed() {
 		return
 	}
@@ -761,4 +737,28 @@ func TestRunDRA(t *testing.T) {
 			}
 		}
 	}
+}
+
+// runColumns replays p through every column at once, as the command does,
+// each on its own control plane; progress, when not nil, collects each
+// column's reports.
+func runColumns(t *testing.T, p *Plan, cols []Column, progress [][]Progress) []Result {
+	t.Helper()
+	results := make([]Result, len(cols))
+	var wg sync.WaitGroup
+	for i, col := range cols {
+		wg.Go(func() {
+			var report func(Progress)
+			if progress != nil {
+				report = func(pr Progress) { progress[i] = append(progress[i], pr) }
+			}
+			r, err := Run(context.Background(), p, col, report)
+			if err != nil {
+				t.Errorf("%s: %v", col.Name, err)
+			}
+			results[i] = r
+		})
+	}
+	wg.Wait()
+	return results
 }

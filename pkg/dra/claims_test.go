@@ -205,25 +205,7 @@ func TestBuildClaimsShared(t *testing.T) {
 	if gpus.Count != 4 || len(gpus.Selectors) != 1 || gpus.DerivedAttributes != nil || nics.AllocationMode != resourcev1.DeviceAllocationModeAll || nics.DeviceClassName != NICClass {
 		t.Fatalf("requests %+v, %+v", gpus, nics)
 	}
-	sel := cel.GetCompiler(cel.Features{}).CompileCELExpression(gpus.Selectors[0].CEL.Expression, cel.Options{})
-	if sel.Error != nil {
-		t.Fatalf("selector does not compile: %v", sel.Error)
-	}
-	for _, m := range ms {
-		mx := m.Topology.Matrix()
-		for i, g := range m.Topology.GPUs {
-			want := false
-			for j, n := range m.Topology.NICs {
-				want = want || n.PhysFn == "" && mx.Cells[i][len(m.Topology.GPUs)+j].Level <= topology.LevelPXB
-			}
-			d := cel.Device{Driver: "gpu.nvidia.com", Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
-				AttrPCIBusID: {StringValue: &g.PCI.Address}, AttrPCIeRoot: {StringValue: &g.PCI.RootComplex}}}
-			got, _, err := sel.DeviceMatches(context.Background(), d)
-			if err != nil || got != want {
-				t.Errorf("%s GPU %s: selected %v (%v), want %v", m.Name, g.PCI.Address, got, err, want)
-			}
-		}
-	}
+	sel := checkSelector(t, ms, gpus.Selectors[0].CEL.Expression, true)
 	if ok, _, err := sel.DeviceMatches(context.Background(), cel.Device{Driver: "gpu.nvidia.com"}); ok || err != nil {
 		t.Errorf("a GPU without bus ID or root: selected %v (%v)", ok, err)
 	}
@@ -256,24 +238,7 @@ func TestBuildClaimsNoNIC(t *testing.T) {
 	if apart.Count != 2 || anyGPU.Count != 2 || len(anyGPU.Selectors) != 0 || len(apart.Selectors) != 1 {
 		t.Fatalf("subrequests %+v, %+v", apart, anyGPU)
 	}
-	sel := cel.GetCompiler(cel.Features{}).CompileCELExpression(apart.Selectors[0].CEL.Expression, cel.Options{})
-	if sel.Error != nil {
-		t.Fatalf("selector does not compile: %v", sel.Error)
-	}
-	for _, m := range ms {
-		mx := m.Topology.Matrix()
-		for i, g := range m.Topology.GPUs {
-			aligned := false
-			for j, n := range m.Topology.NICs {
-				aligned = aligned || n.PhysFn == "" && mx.Cells[i][len(m.Topology.GPUs)+j].Level <= topology.LevelPXB
-			}
-			d := cel.Device{Driver: "gpu.nvidia.com", Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
-				AttrPCIBusID: {StringValue: &g.PCI.Address}, AttrPCIeRoot: {StringValue: &g.PCI.RootComplex}}}
-			if got, _, err := sel.DeviceMatches(context.Background(), d); err != nil || got == aligned {
-				t.Errorf("%s GPU %s (aligned %v): preferred %v (%v)", m.Name, g.PCI.Address, aligned, got, err)
-			}
-		}
-	}
+	checkSelector(t, ms, apart.Selectors[0].CEL.Expression, false)
 	noNIC := machine(t, func(tr *sysfstest.Tree) { tr.GPU("pci0000:00/0000:00:01.0/0000:01:00.0", 0, "0-7") })
 	c, err = BuildClaims("m", noNIC, ClaimOptions{GPUs: 1, NoNIC: true})
 	if err != nil {
@@ -285,4 +250,30 @@ func TestBuildClaimsNoNIC(t *testing.T) {
 	if _, err := BuildClaims("m", noNIC, ClaimOptions{GPUs: 2, NoNIC: true}); err == nil || err.Error() != "2 GPUs: machine m has 1" {
 		t.Errorf("two GPUs of one: %v", err)
 	}
+}
+
+// checkSelector compiles a GPU selector with the scheduler's CEL and checks
+// that on every machine it admits exactly the GPUs with a NIC at PXB or
+// closer (aligned), or exactly the others.
+func checkSelector(t *testing.T, ms []Machine, expr string, aligned bool) cel.CompilationResult {
+	t.Helper()
+	sel := cel.GetCompiler(cel.Features{}).CompileCELExpression(expr, cel.Options{})
+	if sel.Error != nil {
+		t.Fatalf("selector does not compile: %v", sel.Error)
+	}
+	for _, m := range ms {
+		mx := m.Topology.Matrix()
+		for i, g := range m.Topology.GPUs {
+			near := false
+			for j, n := range m.Topology.NICs {
+				near = near || n.PhysFn == "" && mx.Cells[i][len(m.Topology.GPUs)+j].Level <= topology.LevelPXB
+			}
+			d := cel.Device{Driver: "gpu.nvidia.com", Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+				AttrPCIBusID: {StringValue: &g.PCI.Address}, AttrPCIeRoot: {StringValue: &g.PCI.RootComplex}}}
+			if got, _, err := sel.DeviceMatches(context.Background(), d); err != nil || got != (near == aligned) {
+				t.Errorf("%s GPU %s (next to a NIC: %v): selected %v (%v)", m.Name, g.PCI.Address, near, got, err)
+			}
+		}
+	}
+	return sel
 }
