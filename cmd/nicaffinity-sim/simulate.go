@@ -54,10 +54,11 @@ large is 64 nodes of those shapes and 1000 jobs.
 --dra replays the workload on a cluster with no device plugins: stand-ins of
 the GPU and NIC DRA drivers publish every node's devices, the scheduler's
 DynamicResources plugin allocates them, and the columns differ in the claims
-jobs make: nicaffinity's generated template (pcieRoot, or a derived
-attribute where a machine needs one), the same pairs on pcieRoot alone, and
-GPUs with an unconstrained NIC. Pools of NCCL topologies (which name no PCIe
-root complexes) are left out of the bundled scenarios' clusters.`,
+jobs make: nicaffinity's generated templates (GPUs that have an aligned NIC
+with every NIC, shared; GPUs apart from NICs first for jobs without one), a
+GPU-NIC pair per GPU matched on pcieRoot, and GPUs with a NIC, nothing
+matched. Pools of NCCL topologies (which name no PCIe root complexes) are
+left out of the bundled scenarios' clusters.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmdContext(), cmd.OutOrStdout(), cmd.ErrOrStderr())

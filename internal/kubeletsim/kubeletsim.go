@@ -188,14 +188,15 @@ func (k *Kubelet) register(ctx context.Context) error {
 	res := corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("192"), corev1.ResourceMemory: resource.MustParse("2Ti"), corev1.ResourcePods: resource.MustParse("110"),
 	}
+	// With DRA no device plugin registers: the devices are the drivers'.
 	if k.cfg.Policy != DRA {
 		res[corev1.ResourceName(k.cfg.GPUResource)] = *resource.NewQuantity(int64(len(k.gpus)), resource.DecimalSI)
-	}
-	if k.cfg.RDMAResource != "" && k.cfg.Policy != DRA {
-		res[corev1.ResourceName(k.cfg.RDMAResource)] = *resource.NewQuantity(int64(k.cfg.RDMASlots), resource.DecimalSI)
-	}
-	if k.cfg.SRIOVResource != "" && len(k.freeVF) > 0 && k.cfg.Policy != DRA {
-		res[corev1.ResourceName(k.cfg.SRIOVResource)] = *resource.NewQuantity(int64(len(k.freeVF)), resource.DecimalSI)
+		if k.cfg.RDMAResource != "" {
+			res[corev1.ResourceName(k.cfg.RDMAResource)] = *resource.NewQuantity(int64(k.cfg.RDMASlots), resource.DecimalSI)
+		}
+		if k.cfg.SRIOVResource != "" && len(k.freeVF) > 0 {
+			res[corev1.ResourceName(k.cfg.SRIOVResource)] = *resource.NewQuantity(int64(len(k.freeVF)), resource.DecimalSI)
+		}
 	}
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: k.cfg.Name, Labels: map[string]string{"kubernetes.io/hostname": k.cfg.Name, "nvidia.com/gpu.present": "true"}},
@@ -242,20 +243,19 @@ func (k *Kubelet) admit(ctx context.Context, obj interface{}) {
 	if pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" {
 		return
 	}
-	var claimed Assignment
-	var claimErr error
+	var a Assignment
+	var err error
 	if k.cfg.Policy == DRA {
 		// Read outside the lock: the claims are the scheduler's decision.
-		claimed, claimErr = k.claimed(ctx, pod)
+		a, err = k.claimed(ctx, pod)
 	}
 	k.mu.Lock()
 	if _, done := k.assigned[pod.UID]; done {
 		k.mu.Unlock()
 		return
 	}
-	a, err := k.allocate(pod)
-	if k.cfg.Policy == DRA {
-		a, err = claimed, claimErr
+	if k.cfg.Policy != DRA {
+		a, err = k.allocate(pod)
 	}
 	if err == nil {
 		k.assigned[pod.UID] = a

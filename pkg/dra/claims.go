@@ -122,14 +122,8 @@ func BuildClaimsFor(machines []Machine, o ClaimOptions) (Claims, error) {
 	checks := make([]Check, len(machines))
 	var derivedFor []string
 	for i, m := range machines {
-		pfs := 0
-		for _, n := range m.Topology.NICs {
-			if n.PhysFn == "" {
-				pfs++
-			}
-		}
-		if pfs == 0 {
-			return Claims{}, fmt.Errorf("machine %s has no RDMA NIC: nothing to align its GPUs with", m.Name)
+		if err := hasPF(m); err != nil {
+			return Claims{}, err
 		}
 		checks[i] = CheckTopology(m.Name, m.Topology, o.MaxLevel)
 		if !checks[i].Known {
@@ -534,14 +528,8 @@ func buildSelector(machines []Machine, o ClaimOptions) (Claims, error) {
 	selected := map[string]bool{}
 	for i, m := range machines {
 		t := m.Topology
-		pfs := 0
-		for _, n := range t.NICs {
-			if n.PhysFn == "" {
-				pfs++
-			}
-		}
-		if pfs == 0 && !o.NoNIC {
-			return Claims{}, fmt.Errorf("machine %s has no RDMA NIC: nothing to align its GPUs with", m.Name)
+		if err := hasPF(m); err != nil && !o.NoNIC {
+			return Claims{}, err
 		}
 		if multi && t.Source != "sysfs" {
 			return Claims{}, fmt.Errorf("machine %s: %s", m.Name, CheckTopology(m.Name, t, o.MaxLevel).Why)
@@ -619,4 +607,14 @@ func buildSelector(machines []Machine, o ClaimOptions) (Claims, error) {
 		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: requests}}},
 	}
 	return out, nil
+}
+
+// hasPF refuses a machine with no RDMA NIC (PF): nothing to align with.
+func hasPF(m Machine) error {
+	for _, n := range m.Topology.NICs {
+		if n.PhysFn == "" {
+			return nil
+		}
+	}
+	return fmt.Errorf("machine %s has no RDMA NIC: nothing to align its GPUs with", m.Name)
 }

@@ -64,8 +64,14 @@ func (e *Exporter) claimedDevices(ctx context.Context, gpusOffered bool) claimed
 		return out
 	}
 	slices, err := e.kube.ListResourceSlices(ctx, e.cfg.NodeName)
-	if err != nil {
+	switch {
+	case err != nil && len(claimsOf) > 0:
 		klog.ErrorS(err, "Listing the node's ResourceSlices: pods' DRA devices are not audited", "node", e.cfg.NodeName)
+		return out
+	case err != nil:
+		// Only looked for DRA-published GPUs (no device plugin offers one
+		// yet, or the cluster has no DRA): nothing to audit, every sync.
+		klog.V(2).InfoS("Listing the node's ResourceSlices", "node", e.cfg.NodeName, "err", err)
 		return out
 	}
 	idx := dra.IndexSlices(slices, e.cfg.NodeName)

@@ -135,10 +135,7 @@ func nicPCI(topo *topology.Topology, name string) string {
 // the GPU as not free where the device plugin also offers it.
 func TestRunAuditsDRAClaims(t *testing.T) {
 	disc, topo := h20(t)
-	var offered []podresources.Device
-	for i := range topo.GPUs {
-		offered = append(offered, gpu(topo, i))
-	}
+	offered := allGPUs(topo)
 	_, src := startKubelet(t, offered)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: "n1",
 		ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu-nic", ResourceClaimTemplateName: ptr.To("t")}}},
@@ -214,10 +211,7 @@ func TestBuildDRAOnlyNode(t *testing.T) {
 // is folded into few writes.
 func TestRun(t *testing.T) {
 	disc, topo := h20(t)
-	var offered []podresources.Device
-	for i := range topo.GPUs {
-		offered = append(offered, gpu(topo, i))
-	}
+	offered := allGPUs(topo)
 	kubelet, src := startKubelet(t, offered)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: "n1"}}
 	kube := newFakeKube(pod)
@@ -344,4 +338,13 @@ func startKubelet(t *testing.T, devs []podresources.Device) (*podresourcestest.S
 	}
 	t.Cleanup(func() { src.Close() })
 	return kubelet, src
+}
+
+// allGPUs is every GPU of topo as the device plugin offers it.
+func allGPUs(topo *topology.Topology) []podresources.Device {
+	var out []podresources.Device
+	for i := range topo.GPUs {
+		out = append(out, gpu(topo, i))
+	}
+	return out
 }
