@@ -27,8 +27,24 @@ const (
 	MaxNICs = 64
 	// MaxZones is the most zones of any type an object may have.
 	MaxZones = 1024
-	// MaxResourcesPerZone is the most resources one zone may list.
+	// MaxResourcesPerZone is the most resources one zone may list, and
+	// MaxResources the most in all zones together.
 	MaxResourcesPerZone = 64
+	MaxResources        = 1024
+	// MaxCostsPerZone is the most costs one zone may list: a GPU zone has
+	// one per NIC and per other GPU (64 + 63 at most). MaxCosts is the
+	// most in all zones together (64 GPU zones of 128).
+	MaxCostsPerZone = 128
+	MaxCosts        = MaxGPUs * MaxCostsPerZone
+	// MaxAttributesPerZone is the most attributes one zone may carry, and
+	// MaxAttributes the most in the object, zones and top level together.
+	MaxAttributesPerZone = 128
+	MaxAttributes        = 8192
+	// MaxNameLen bounds zone, cost, attribute and resource names (a DNS
+	// subdomain), and MaxValueLen attribute values (an ACS redirect list
+	// of 64 NICs fits in 1.5 KiB).
+	MaxNameLen  = 253
+	MaxValueLen = 2048
 	// MaxCount is the largest count a resource may give (capacity,
 	// allocatable, available): 2^40, far past any device count and any
 	// memory size the Node zones carry in bytes.
@@ -154,17 +170,14 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 		return nil, fmt.Errorf("attribute %s is %q, want %q (not published by a nicaffinity exporter of this version)", AttrSchema, schema, SchemaVersion)
 	}
 	c.HostBlock = topology.HostBlockOf(peerMem, dmaBuf)
-	if len(obj.Zones) > MaxZones {
-		return nil, fmt.Errorf("%d zones: at most %d", len(obj.Zones), MaxZones)
+	if err := checkSizes(obj); err != nil {
+		return nil, err
 	}
 	zones := map[string]*v1alpha2.Zone{}
 	for i := range obj.Zones {
 		z := &obj.Zones[i]
 		if z.Name == "" {
 			return nil, fmt.Errorf("zone %d has no name", i)
-		}
-		if len(z.Resources) > MaxResourcesPerZone {
-			return nil, fmt.Errorf("zone %s: %d resources, at most %d", z.Name, len(z.Resources), MaxResourcesPerZone)
 		}
 		if _, dup := zones[z.Name]; dup {
 			return nil, fmt.Errorf("zone %s appears twice", z.Name)
@@ -398,6 +411,44 @@ func count(zone string, r v1alpha2.ResourceInfo) (int64, error) {
 }
 
 var maxCount = resource.NewQuantity(MaxCount, resource.DecimalSI)
+
+// checkSizes holds a typed object to the caps Decode checks on the
+// unstructured form (objects reach Compile from other paths too: tools,
+// tests, the simulator).
+func checkSizes(obj *v1alpha2.NodeResourceTopology) error {
+	if len(obj.Zones) > MaxZones {
+		return fmt.Errorf("%d zones: at most %d", len(obj.Zones), MaxZones)
+	}
+	attrs, costs, resources := len(obj.Attributes), 0, 0
+	for i := range obj.Zones {
+		z := &obj.Zones[i]
+		switch {
+		case len(z.Name) > MaxNameLen:
+			return fmt.Errorf("zone %d: name of %d bytes, at most %d", i, len(z.Name), MaxNameLen)
+		case len(z.Resources) > MaxResourcesPerZone:
+			return fmt.Errorf("zone %s: %d resources, at most %d", z.Name, len(z.Resources), MaxResourcesPerZone)
+		case len(z.Costs) > MaxCostsPerZone:
+			return fmt.Errorf("zone %s: %d costs, at most %d", z.Name, len(z.Costs), MaxCostsPerZone)
+		case len(z.Attributes) > MaxAttributesPerZone:
+			return fmt.Errorf("zone %s: %d attributes, at most %d", z.Name, len(z.Attributes), MaxAttributesPerZone)
+		}
+		attrs, costs, resources = attrs+len(z.Attributes), costs+len(z.Costs), resources+len(z.Resources)
+		for _, a := range z.Attributes {
+			if len(a.Value) > MaxValueLen {
+				return fmt.Errorf("zone %s: attribute %.64s: value of %d bytes, at most %d", z.Name, a.Name, len(a.Value), MaxValueLen)
+			}
+		}
+	}
+	switch {
+	case attrs > MaxAttributes:
+		return fmt.Errorf("%d attributes in all, at most %d", attrs, MaxAttributes)
+	case costs > MaxCosts:
+		return fmt.Errorf("%d costs in all, at most %d", costs, MaxCosts)
+	case resources > MaxResources:
+		return fmt.Errorf("%d resources in all, at most %d", resources, MaxResources)
+	}
+	return nil
+}
 
 // OtherManagers lists the field managers of obj other than nicaffinity's
 // exporter, sorted, without repeats.

@@ -19,6 +19,9 @@ system:serviceaccount:{{ .Values.namespaces.node }}:topology-exporter
 {{- define "nicaffinity.schedulerUser" -}}
 system:serviceaccount:{{ .Values.namespaces.scheduler }}:nicaffinity-scheduler
 {{- end }}
+{{- define "nicaffinity.proxyUser" -}}
+system:serviceaccount:{{ .Values.namespaces.node }}:allocation-proxy
+{{- end }}
 
 {{/* imagePullPolicy and imagePullSecrets, where set. */}}
 {{- define "nicaffinity.pullPolicy" -}}

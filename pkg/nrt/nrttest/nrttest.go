@@ -4,6 +4,7 @@ package nrttest
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -122,5 +123,64 @@ func HalfNICs(node string, free ...int) *v1alpha2.NodeResourceTopology {
 		b.Zone(z)
 	}
 	b.Zone(NIC("mlx5_0", "pcie-0")).Zone(NIC("mlx5_1", "pcie-1"))
+	return b.Obj()
+}
+
+// Largest is the largest object the caps admit (nrt.MaxZones zones,
+// nrt.MaxCosts costs, nrt.MaxAttributes attributes, nrt.MaxResources
+// resources, every name and value at its longest where the object's size
+// allows) that still compiles: nrt.MaxGPUs GPU zones with a cost to every
+// NIC and GPU, nrt.MaxNICs NIC zones with VFs, and filler Node zones. It is
+// what a hostile writer can make the scheduler decode and compile.
+func Largest(node string) *v1alpha2.NodeResourceTopology {
+	b := MakeNRT(node).Zone(v1alpha2.Zone{Name: "node-0", Type: nrt.ZoneNode}).Zone(Switch("pcie-0"))
+	long := func(prefix string, i int) string {
+		return fmt.Sprintf("%s%d-%s", prefix, i, strings.Repeat("x", 40))
+	}
+	attrs := len(b.obj.Attributes) + 1 // the switch's
+	for g := 0; g < nrt.MaxGPUs; g++ {
+		costs := map[string]int64{}
+		for n := 0; n < nrt.MaxNICs; n++ {
+			costs[nrt.NICZoneName(fmt.Sprintf("mlx5_%d", n))] = int64(10 + 10*((g+n)%5))
+		}
+		for o := 0; o < nrt.MaxGPUs && len(costs) < nrt.MaxCostsPerZone; o++ {
+			if o != g {
+				costs[nrt.GPUZoneName(o)] = 5
+			}
+		}
+		costs["node-0"] = 10 // the 128th
+		z := GPU(g, "pcie-0", true, costs)
+		z.Attributes = v1alpha2.AttributeList{{Name: nrt.AttrPCIBusID, Value: fmt.Sprintf("0000:%02x:00.0", g+1)}}
+		for len(z.Attributes) < nrt.MaxAttributesPerZone/2 {
+			z.Attributes = append(z.Attributes, v1alpha2.AttributeInfo{Name: long("example.com/a", len(z.Attributes)), Value: strings.Repeat("v", 64)})
+		}
+		attrs += len(z.Attributes)
+		b.Zone(z)
+	}
+	resources := nrt.MaxGPUs
+	for n := 0; n < nrt.MaxNICs; n++ {
+		z := NIC(fmt.Sprintf("mlx5_%d", n), "pcie-0")
+		for v := 0; v < 4; v++ {
+			z.Resources = append(z.Resources, Res(long("example.com/vf", v), 8, 8))
+		}
+		resources += len(z.Resources)
+		for len(z.Attributes) < nrt.MaxAttributesPerZone/2-1 {
+			z.Attributes = append(z.Attributes, v1alpha2.AttributeInfo{Name: long("example.com/a", len(z.Attributes)), Value: strings.Repeat("v", 64)})
+		}
+		attrs += len(z.Attributes)
+		b.Zone(z)
+	}
+	for i := 1; len(b.obj.Zones) < nrt.MaxZones; i++ {
+		z := v1alpha2.Zone{Name: fmt.Sprintf("node-%d", i), Type: nrt.ZoneNode}
+		for resources < nrt.MaxResources && len(z.Resources) < 8 {
+			z.Resources = append(z.Resources, Res(long("example.com/r", len(z.Resources)), 1<<30, 1<<29))
+			resources++
+		}
+		for attrs < nrt.MaxAttributes && len(z.Attributes) < 4 {
+			z.Attributes = append(z.Attributes, v1alpha2.AttributeInfo{Name: long("example.com/a", len(z.Attributes)), Value: strings.Repeat("v", 64)})
+			attrs++
+		}
+		b.Zone(z)
+	}
 	return b.Obj()
 }

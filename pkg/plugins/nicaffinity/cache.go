@@ -83,8 +83,13 @@ type nodeEntry struct {
 	expires time.Time
 	// view is the published view, counted in the spread.
 	view *nodeView
+	// rv is the resourceVersion of the object last set, and received is
+	// when this scheduler first saw that version, on its own clock: the
+	// node's clock (the heartbeat it writes) never decides freshness.
+	rv       string
+	received time.Time
 	// outdated says why the object is too old to trust ("" while it is
-	// current): its heartbeat is older than maxAge.
+	// current): no new version of it arrived for longer than maxAge.
 	outdated string
 	// state is the node's topology_nodes label ("" while it has no object).
 	state string
@@ -98,7 +103,7 @@ func NewStaticCache(args *Args, objs ...*v1alpha2.NodeResourceTopology) *Cache {
 	c.maxAge = args.TopologyMaxAge.Duration
 	for _, o := range objs {
 		compiled, err := nrt.Compile(o, args.GPUResourceName)
-		c.set(o.Name, compiled, err, false)
+		c.set(o.Name, o.ResourceVersion, compiled, err, false)
 	}
 	return c
 }
@@ -145,7 +150,7 @@ func (c *Cache) entry(node string) *nodeEntry {
 }
 
 // expireDue drops reservations older than the timeout and marks objects
-// whose heartbeat is older than maxAge, on every node. The informer-backed
+// of which no new version arrived for longer than maxAge, on every node. The informer-backed
 // cache calls it on a ticker (sweepInterval) rather than checking the
 // clock in every lookup: both limits are minutes, and the lookup runs for
 // every node of every cycle.
@@ -154,7 +159,7 @@ func (c *Cache) expireDue() {
 	defer c.mu.Unlock()
 	now := c.now()
 	for node, e := range c.nodes {
-		if why := c.outdated(e.compiled, now); why != e.outdated {
+		if why := c.outdated(e, now); why != e.outdated {
 			e.outdated = why
 			if why != "" {
 				klog.InfoS("NodeResourceTopology is not kept current; the node counts as topology unknown", "node", node, "reason", why)
@@ -175,15 +180,21 @@ func (c *Cache) expireDue() {
 	}
 }
 
-// outdated says why an object's heartbeat is too old, or "". The reason
-// does not change while the object stays the same, so the sweep rebuilds
-// and logs a node once when it goes stale, not on every pass.
-func (c *Cache) outdated(comp *nrt.Compiled, now time.Time) string {
-	if comp == nil || c.maxAge <= 0 || comp.Heartbeat.IsZero() {
+// outdated says why a node's object is too old to trust, or "": no new
+// version of it reached this scheduler for longer than maxAge, by the
+// scheduler's own clock. A live exporter writes a new version at least
+// every resync period (its heartbeat attribute changes with every write),
+// so only an object nobody keeps current goes stale, whatever time its
+// heartbeat names: missing, in the future, or from a node whose clock is
+// off (docs/nrt-schema.md, Freshness). The reason does not change while
+// the object stays the same, so the sweep rebuilds and logs a node once
+// when it goes stale, not on every pass.
+func (c *Cache) outdated(e *nodeEntry, now time.Time) string {
+	if e.compiled == nil || c.maxAge <= 0 || e.received.IsZero() {
 		return ""
 	}
-	if now.Sub(comp.Heartbeat) > c.maxAge {
-		return fmt.Sprintf("not refreshed by its exporter since %s (topologyMaxAge %s)", comp.Heartbeat.UTC().Format(time.RFC3339), c.maxAge)
+	if now.Sub(e.received) > c.maxAge {
+		return fmt.Sprintf("not refreshed by its exporter since %s (no new version for longer than topologyMaxAge %s)", e.received.UTC().Format(time.RFC3339), c.maxAge)
 	}
 	return ""
 }
@@ -194,9 +205,11 @@ func sweepInterval(timeout time.Duration) time.Duration {
 	return max(time.Second, min(10*time.Second, timeout/10))
 }
 
-// set stores a (re)compiled object, or why it could not be compiled.
-// confirmed: the object counts every pod on the node, so reservations go.
-func (c *Cache) set(node string, compiled *nrt.Compiled, err error, confirmed bool) {
+// set stores a (re)compiled object of resourceVersion rv, or why it could
+// not be compiled. confirmed: the object counts every pod on the node, so
+// reservations go. A version not seen before restarts the object's age; a
+// version seen before (an informer's relist) does not.
+func (c *Cache) set(node, rv string, compiled *nrt.Compiled, err error, confirmed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entry(node)
@@ -204,7 +217,11 @@ func (c *Cache) set(node string, compiled *nrt.Compiled, err error, confirmed bo
 	if err != nil {
 		e.compiled, e.err = nil, err.Error()
 	}
-	e.outdated = c.outdated(e.compiled, c.now())
+	now := c.now()
+	if rv == "" || rv != e.rv || e.received.IsZero() {
+		e.rv, e.received = rv, now
+	}
+	e.outdated = c.outdated(e, now)
 	if confirmed {
 		for uid := range e.reserved {
 			delete(c.podNode, uid)
@@ -574,7 +591,7 @@ func (c *Cache) update(obj interface{}) {
 	o, err := nrt.Decode(u)
 	if err != nil {
 		klog.InfoS("NodeResourceTopology cannot be read; the node counts as topology unknown", "node", u.GetName(), "err", err)
-		c.set(u.GetName(), nil, err, false)
+		c.set(u.GetName(), u.GetResourceVersion(), nil, err, false)
 		return
 	}
 	c.observe(o)
@@ -597,7 +614,7 @@ func (c *Cache) observe(o *v1alpha2.NodeResourceTopology) {
 		klog.InfoS("NodeResourceTopology cannot be read; the node counts as topology unknown", "node", o.Name, "err", err)
 	}
 	confirmed := compiled != nil && compiled.Fingerprint != "" && c.pods != nil && compiled.Fingerprint == c.fingerprintOf(o.Name)
-	c.set(o.Name, compiled, err, confirmed)
+	c.set(o.Name, o.ResourceVersion, compiled, err, confirmed)
 }
 
 // fingerprintOf computes the pod-set fingerprint of the pods the scheduler

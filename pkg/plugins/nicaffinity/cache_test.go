@@ -53,14 +53,14 @@ func TestCacheConcurrent(t *testing.T) {
 				if v == nil {
 					continue
 				}
-				if a, ok := v.commonAnswer(req); !ok || a.feasible != v.feasible(req, li) {
+				if a, ok := v.commonAnswer(req); !ok || a.feasible != v.fits(req, li) {
 					t.Errorf("precomputed answer %+v (ok %v) differs from the search", a, ok)
 					if first {
 						reading.Done()
 					}
 					return
 				}
-				_ = pl.nodeScore(v, req)
+				_ = pl.scoreOf(v, req)
 				_ = v.plan(req, li)
 				if first {
 					first = false
@@ -74,7 +74,7 @@ func TestCacheConcurrent(t *testing.T) {
 		uid := types.UID(fmt.Sprint("p", i))
 		st.Reserve("n", uid, nrt.GPUSet(1)<<(i%8), nil)
 		c, err := nrt.Compile(handNRT("n", 0, 1, 2, 3), "nvidia.com/gpu")
-		st.set("n", c, err, i%3 == 0)
+		st.set("n", "", c, err, i%3 == 0)
 		st.Unreserve("n", uid)
 		st.forgetPod(uid)
 	}
@@ -99,7 +99,7 @@ func TestStoreLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.set("n", c, nil, false)
+	st.set("n", "", c, nil, false)
 	v, _ := st.View("n")
 	if v == nil || v.free != c.Free {
 		t.Fatalf("after set: %+v", v)
@@ -113,15 +113,15 @@ func TestStoreLifecycle(t *testing.T) {
 		t.Errorf("after forgetPod: free %b, index %v", v.free, st.podNode)
 	}
 	st.Reserve("n", "pod-b", 2, nil)
-	st.set("n", c, nil, true) // the object counts pod-b now
+	st.set("n", "", c, nil, true) // the object counts pod-b now
 	if v, _ := st.View("n"); v.stale || len(st.podNode) != 0 {
 		t.Errorf("after a confirming object: stale %v, index %v", v.stale, st.podNode)
 	}
-	st.set("n", nil, errors.New("garbled"), false)
+	st.set("n", "", nil, errors.New("garbled"), false)
 	if v, why := st.View("n"); v != nil || why != "NodeResourceTopology cannot be read: garbled" {
 		t.Errorf("garbled object: %v %q", v, why)
 	}
-	st.set("n", c, nil, false)
+	st.set("n", "", c, nil, false)
 	st.remove("n")
 	if v, why := st.View("n"); v != nil || why != "no NodeResourceTopology for this node" {
 		t.Errorf("removed object: %v %q", v, why)

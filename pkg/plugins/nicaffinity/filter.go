@@ -42,24 +42,34 @@ func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod
 		reject(reasonLagging)
 		return fwk.NewStatus(fwk.Unschedulable, "NodeResourceTopology has not caught up with pods placed on this node yet")
 	}
+	steps := maxCallSteps
+	return pl.filterView(v, req, &steps)
+}
+
+// filterView is Filter on a usable view, within the call's search budget
+// *steps (one budget for the whole call: the fit and the rejection's
+// reasons).
+func (pl *NICAffinity) filterView(v *nodeView, req *request, steps *int) *fwk.Status {
 	li := levelIndex(req.maxLevel)
 	if a, ok := v.commonAnswer(req); ok {
 		if a.feasible {
 			return nil
 		}
-	} else if v.feasible(req, li) {
+	} else if v.feasible(req, li, steps) {
 		return nil
 	}
-	return pl.rejection(v, req, li)
+	return pl.rejection(v, req, li, steps)
 }
 
-func (pl *NICAffinity) rejection(v *nodeView, req *request, li int) *fwk.Status {
+func (pl *NICAffinity) rejection(v *nodeView, req *request, li int, steps *int) *fwk.Status {
 	level := topology.Levels[li]
 	free := v.free.Count()
 	near := (v.free & v.c.AnyNear[li]).Count()
 	empty := &nodeView{c: v.c, free: v.c.Healthy, vfFree: v.vfFree}
 	code := fwk.Unschedulable
-	if !empty.feasible(req, li) && len(req.vfs) == 0 {
+	// Only pods without VFs can be unresolvable here (VFs free up when
+	// pods go), and their check searches nothing.
+	if len(req.vfs) == 0 && !empty.feasible(req, li, steps) {
 		code = fwk.UnschedulableAndUnresolvable
 	}
 	cause := blockedCause(v, level)

@@ -48,7 +48,7 @@ func newTestPlugin(t testing.TB, mutate func(*Args), objs ...*v1alpha2.NodeResou
 	st := newCache(args.ReservationTimeout.Duration, args.GPUResourceName)
 	for _, o := range objs {
 		c, err := nrt.Compile(o, args.GPUResourceName)
-		st.set(o.Name, c, err, false)
+		st.set(o.Name, o.ResourceVersion, c, err, false)
 	}
 	pl, err := NewWithCache(args, nil, st)
 	if err != nil {
@@ -73,3 +73,15 @@ func makePod(name string, gpus int64, ann map[string]string, extra ...string) *v
 }
 
 const rdma = "rdma/hca"
+
+// fits is feasible with a whole call's budget.
+func (v *nodeView) fits(req *request, li int) bool {
+	steps := maxCallSteps
+	return v.feasible(req, li, &steps)
+}
+
+// scoreOf is nodeScore with a whole call's budget.
+func (pl *NICAffinity) scoreOf(v *nodeView, req *request) int64 {
+	steps := maxCallSteps
+	return pl.nodeScore(v, req, &steps)
+}

@@ -5,33 +5,44 @@ package nicaffinity
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
 
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt/nrttest"
 )
 
-// hostileNRT is a 16-GPU node with 64 NICs, one free VF each, where NIC n
-// sits next to GPUs n%11 and (7n+3)%11 only: 55 distinct pairs over 11
-// GPUs. A pod asking for 11 GPUs and 5 VFs cannot fit (5 pairs cover at
-// most 10 GPUs), and proving it by brute force takes C(55,5) = 3.5 million
-// unions.
+// hostileNRT is the worst object for the search that Compile admits: a
+// 16-GPU node with nrt.MaxNICs NICs, one free VF each, where NIC n sits
+// next to a distinct pair of GPUs 0-11 only (64 of the 66 pairs), so no two
+// NICs share a mask and deduplication saves nothing. A pod asking for 12
+// GPUs and 5 VFs cannot fit (5 pairs cover at most 10 GPUs), and proving
+// it by brute force takes C(64,5) = 7.6 million unions: far more than one
+// call's budget.
 func hostileNRT(node string) *v1alpha2.NodeResourceTopology {
+	var pairs [][2]int
+	for a := 0; a < 12; a++ {
+		for b := a + 1; b < 12; b++ {
+			pairs = append(pairs, [2]int{a, b})
+		}
+	}
 	b := nrttest.MakeNRT(node).Zone(v1alpha2.Zone{Name: "node-0", Type: nrt.ZoneNode}).Zone(nrttest.Switch("pcie-0"))
 	for g := 0; g < 16; g++ {
 		costs := map[string]int64{}
-		for n := 0; n < 64; n++ {
+		for n := 0; n < nrt.MaxNICs; n++ {
 			costs[fmt.Sprintf("nic-mlx5_%d", n)] = 50
-			if g == n%11 || g == (7*n+3)%11 {
+			if p := pairs[n]; g == p[0] || g == p[1] {
 				costs[fmt.Sprintf("nic-mlx5_%d", n)] = 10
 			}
 		}
 		b.Zone(nrttest.GPU(g, "pcie-0", true, costs))
 	}
-	for n := 0; n < 64; n++ {
+	for n := 0; n < nrt.MaxNICs; n++ {
 		b.Zone(nrttest.NIC(fmt.Sprintf("mlx5_%d", n), "pcie-0", nrttest.Res(sriov, 1, 1)))
 	}
 	return b.Obj()
@@ -39,43 +50,73 @@ func hostileNRT(node string) *v1alpha2.NodeResourceTopology {
 
 const sriov = "openshift.io/sriov_highnet"
 
-// TestFilterHostileObject: the search over a hostile object stops within
-// its step budget and rejects the node; real shapes still search to the
-// end (TestFilterSRIOV, TestPrecomputedAnswers).
+// hostileRequest is the pod that makes hostileNRT's search run longest.
+func hostileRequest(policy string) *v1.Pod {
+	return makePod("p", 12, map[string]string{annotations.Policy: policy}, sriov, "5")
+}
+
+// TestFilterHostileObject: on the worst object Compile admits, one Filter
+// call and one Score call each spend exactly one call's budget, however
+// many levels and searches they try (the object's masks are all distinct,
+// so the budget is reached), and the node counts as not fitting; real
+// shapes still search to the end (TestFilterSRIOV, TestPrecomputedAnswers).
 func TestFilterHostileObject(t *testing.T) {
-	pl, st := newTestPlugin(t, nil, hostileNRT("evil"))
-	if v, why := st.View("evil"); v == nil {
+	obj := hostileNRT("evil")
+	pl, st := newTestPlugin(t, nil, obj)
+	v, why := st.View("evil")
+	if v == nil {
 		t.Fatalf("hostile object does not compile: %s", why)
 	}
-	for _, tc := range []struct{ gpus, vfs int64 }{{11, 5}, {10, 9}} {
-		pod := makePod("p", tc.gpus, nil, sriov, fmt.Sprint(tc.vfs))
+	masks := map[nrt.GPUSet]bool{}
+	for n := range v.c.NICs {
+		masks[v.c.Near[levelIndex(topology.LevelPIX)][n]] = true
+	}
+	if len(masks) != nrt.MaxNICs {
+		t.Fatalf("%d distinct masks, want %d (one per NIC)", len(masks), nrt.MaxNICs)
+	}
+	for _, policy := range []string{annotations.PolicyRequired, annotations.PolicyPreferred} {
+		pod := hostileRequest(policy)
 		cycle, _ := preFilter(t, pl, pod, nodeInfo("evil", 16), nodeInfo("bigger", 32))
-		start := time.Now()
-		got := pl.Filter(t.Context(), cycle, pod, nodeInfo("evil", 16))
-		// A hang guard, not a speed goal (BenchmarkFilterHostile measures).
-		if took := time.Since(start); took > 5*time.Second {
-			t.Errorf("%d GPUs, %d VFs: Filter took %s", tc.gpus, tc.vfs, took)
+		s, err := getState(cycle)
+		if err != nil || s == nil {
+			t.Fatalf("%s: PreFilter state %v, %v", policy, s, err)
 		}
-		if tc.gpus == 11 && got.Code() != fwk.Unschedulable {
-			t.Errorf("%d GPUs, %d VFs: Filter = %v, want Unschedulable", tc.gpus, tc.vfs, got)
+		if policy == annotations.PolicyRequired {
+			steps := maxCallSteps
+			got := pl.filterView(v, &s.req, &steps)
+			if got.Code() != fwk.Unschedulable {
+				t.Errorf("Filter = %v, want Unschedulable", got)
+			}
+			if steps != 0 {
+				t.Errorf("Filter left %d of %d steps, want the budget reached and not passed", steps, maxCallSteps)
+			}
+			if f := pl.Filter(t.Context(), cycle, pod, nodeInfo("evil", 16)); f.Code() != fwk.Unschedulable {
+				t.Errorf("Filter through the framework = %v", f)
+			}
+			continue
 		}
-		if tc.gpus == 10 && !got.IsSuccess() {
-			t.Errorf("%d GPUs, %d VFs: Filter = %v, want a fit (5 disjoint pairs)", tc.gpus, tc.vfs, got)
+		steps := maxCallSteps
+		if score := pl.nodeScore(v, &s.req, &steps); score != 0 {
+			t.Errorf("Score = %d, want 0 (no level proven)", score)
+		}
+		if steps != 0 {
+			t.Errorf("Score left %d of %d steps over %d levels, want the budget reached and not passed", steps, maxCallSteps, len(topology.Levels))
 		}
 	}
-	// The budget holds without deduplication too: 64 masks of one GPU
-	// each would be deduplicated, so count the steps of a raw search.
-	masks := make([]nrt.GPUSet, 55)
-	i := 0
-	for a := 0; a < 11; a++ {
-		for b := a + 1; b < 11; b++ {
-			masks[i] = nrt.GPUSet(1)<<a | nrt.GPUSet(1)<<b
-			i++
-		}
+	// A pod that fits is still found: 2 disjoint pairs.
+	pod := makePod("fits", 4, nil, sriov, "2")
+	cycle, _ := preFilter(t, pl, pod, nodeInfo("evil", 16), nodeInfo("bigger", 32))
+	if f := pl.Filter(t.Context(), cycle, pod, nodeInfo("evil", 16)); !f.IsSuccess() {
+		t.Errorf("4 GPUs, 2 VFs: Filter = %v, want a fit", f)
 	}
-	steps := maxCoverSteps
-	if bestCover(masks, 5, 0, 11, &steps) || steps >= 0 {
-		t.Errorf("raw search: fit %v, %d steps left; want no fit, budget spent", false, steps)
+	// The raw search never passes its budget either.
+	var raw []nrt.GPUSet
+	for m := range masks {
+		raw = append(raw, m)
+	}
+	steps := maxCallSteps
+	if bestCover(raw, 5, 0, 12, &steps) || steps != 0 {
+		t.Errorf("raw search: %d steps left; want no fit, budget spent and not passed", steps)
 	}
 }
 
@@ -90,13 +131,26 @@ func TestCompileCaps(t *testing.T) {
 	}
 }
 
+// BenchmarkFilterHostile and BenchmarkScoreHostile: one call on the
+// worst object Compile admits, which spends the whole budget
+// (docs/bench/hostile-object.md).
 func BenchmarkFilterHostile(b *testing.B) {
 	pl, _ := newTestPlugin(b, nil, hostileNRT("evil"))
-	pod := makePod("p", 11, nil, sriov, "5")
+	pod := hostileRequest(annotations.PolicyRequired)
 	cycle, _ := preFilter(b, pl, pod, nodeInfo("evil", 16), nodeInfo("bigger", 32))
 	node := nodeInfo("evil", 16)
 	for b.Loop() {
 		pl.Filter(b.Context(), cycle, pod, node)
+	}
+}
+
+func BenchmarkScoreHostile(b *testing.B) {
+	pl, _ := newTestPlugin(b, nil, hostileNRT("evil"))
+	pod := hostileRequest(annotations.PolicyPreferred)
+	cycle, _ := preFilter(b, pl, pod, nodeInfo("evil", 16), nodeInfo("bigger", 32))
+	node := nodeInfo("evil", 16)
+	for b.Loop() {
+		pl.Score(b.Context(), cycle, pod, node)
 	}
 }
 
@@ -111,9 +165,9 @@ func FuzzBestCover(f *testing.F) {
 			masks = append(masks, nrt.GPUSet(raw[i])|nrt.GPUSet(raw[i+1])<<8)
 		}
 		kk, w := int(k%12), int(want%17)
-		steps := maxCoverSteps
+		steps := maxCallSteps
 		got := bestCover(masks, kk, 0, w, &steps)
-		if steps < 0 {
+		if steps <= 0 {
 			t.Fatalf("%d masks spent the budget", len(masks))
 		}
 		brute := false
@@ -144,7 +198,7 @@ func BenchmarkCoverBudget(b *testing.B) {
 		}
 	}
 	for b.Loop() {
-		steps := maxCoverSteps
+		steps := maxCallSteps
 		bestCover(masks, 5, 0, 11, &steps)
 	}
 }

@@ -81,11 +81,11 @@ func TestTopologyAndReservationMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.set("m", c, nil, false)
+	st.set("m", "", c, nil, false)
 	if gauge(t, stateUsable) != usable+1 {
 		t.Errorf("usable after an object: %v, want %v", gauge(t, stateUsable), usable+1)
 	}
-	st.set("m", nil, errors.New("garbled"), false)
+	st.set("m", "", nil, errors.New("garbled"), false)
 	if gauge(t, stateUsable) != usable || gauge(t, stateUnreadable) != unreadable+1 {
 		t.Errorf("after a garbled object: usable %v unreadable %v", gauge(t, stateUsable), gauge(t, stateUnreadable))
 	}
@@ -93,7 +93,7 @@ func TestTopologyAndReservationMetrics(t *testing.T) {
 	if gauge(t, stateUnreadable) != unreadable {
 		t.Errorf("after removal: unreadable %v, want %v", gauge(t, stateUnreadable), unreadable)
 	}
-	st.set("m", c, nil, false)
+	st.set("m", "", c, nil, false)
 	st.Reserve("m", "a", 1, nil)
 	st.Reserve("m", "b", 2, nil)
 	if v, _ := testutil.GetGaugeMetricValue(reservations); v != 2 {

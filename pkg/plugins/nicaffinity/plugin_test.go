@@ -466,10 +466,10 @@ func TestPrecomputedAnswers(t *testing.T) {
 			for g := 1; g < len(v.c.GPUs); g++ {
 				for _, rdma := range []bool{true, false} {
 					req := &request{gpus: g, rdma: rdma, maxLevel: pl.args.maxLevel(), required: true}
-					if rdma && v.answers[g].feasible != v.feasible(req, levelIndex(req.maxLevel)) {
+					if rdma && v.answers[g].feasible != v.fits(req, levelIndex(req.maxLevel)) {
 						t.Errorf("%s, %s, %d GPUs: precomputed feasible %v", strategy, o.Name, g, v.answers[g].feasible)
 					}
-					want, got := pl.nodeScore(v, req), int64(v.answers[g].plain)
+					want, got := pl.scoreOf(v, req), int64(v.answers[g].plain)
 					if rdma {
 						got = int64(v.answers[g].score)
 					}
@@ -490,10 +490,10 @@ func TestPrecomputedAnswers(t *testing.T) {
 				p := makePod("p", int64(g), nil, rdma, "1")
 				cycle, _ := preFilter(t, pl, p, nodeInfo("big", 16))
 				req := &request{gpus: g, rdma: true, maxLevel: pl.args.maxLevel(), required: true}
-				if got, _ := pl.Score(t.Context(), cycle, p, nodeInfo(o.Name, 8)); got != pl.nodeScore(v, req) {
-					t.Errorf("%s, %s, %d GPUs: Score %d, search %d", strategy, o.Name, g, got, pl.nodeScore(v, req))
+				if got, _ := pl.Score(t.Context(), cycle, p, nodeInfo(o.Name, 8)); got != pl.scoreOf(v, req) {
+					t.Errorf("%s, %s, %d GPUs: Score %d, search %d", strategy, o.Name, g, got, pl.scoreOf(v, req))
 				}
-				if f := pl.Filter(t.Context(), cycle, p, nodeInfo(o.Name, 8)); f.IsSuccess() != v.feasible(req, levelIndex(req.maxLevel)) {
+				if f := pl.Filter(t.Context(), cycle, p, nodeInfo(o.Name, 8)); f.IsSuccess() != v.fits(req, levelIndex(req.maxLevel)) {
 					t.Errorf("%s, %s, %d GPUs: Filter %v", strategy, o.Name, g, f)
 				}
 			}
@@ -538,12 +538,12 @@ func TestSixteenGPUs(t *testing.T) {
 		p := makePod("p", int64(g), nil, rdma, "1")
 		cycle, _ := preFilter(t, pl, p, nodeInfo("big", 16), nodeInfo("bigger", 32))
 		req := &request{gpus: g, rdma: true, maxLevel: pl.args.maxLevel(), required: true}
-		want := v.feasible(req, levelIndex(req.maxLevel))
+		want := v.fits(req, levelIndex(req.maxLevel))
 		if f := pl.Filter(t.Context(), cycle, p, nodeInfo("big", 16)); f.IsSuccess() != want {
 			t.Errorf("%d GPUs: Filter %v, search says feasible %v", g, f, want)
 		}
-		if got, _ := pl.Score(t.Context(), cycle, p, nodeInfo("big", 16)); got != pl.nodeScore(v, req) {
-			t.Errorf("%d GPUs: Score %d, search %d", g, got, pl.nodeScore(v, req))
+		if got, _ := pl.Score(t.Context(), cycle, p, nodeInfo("big", 16)); got != pl.scoreOf(v, req) {
+			t.Errorf("%d GPUs: Score %d, search %d", g, got, pl.scoreOf(v, req))
 		}
 		if want {
 			feasible++
@@ -729,7 +729,7 @@ func TestRemoveFreesTheEntry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st.set(node, c, nil, false)
+		st.set(node, "", c, nil, false)
 		st.Reserve(node, types.UID(node+"-pod"), 1, nil)
 		st.remove(node)
 		st.remove(node) // twice: a Node and its object both go
@@ -810,75 +810,82 @@ func TestAdoptPlan(t *testing.T) {
 	}
 }
 
-// TestStaleHeartbeat: an object whose exporter stopped refreshing it
-// counts as topology unknown once its heartbeat is older than
-// topologyMaxAge (fake clock), with a reason that says so, and counts
-// again when a fresh object comes; objects without a heartbeat and a
-// maxAge of 0 are never stale.
-func TestStaleHeartbeat(t *testing.T) {
+// TestStaleOnSchedulerClock: an object of which no new version arrives
+// for longer than topologyMaxAge counts as topology unknown, by the
+// scheduler's clock (fake here), whatever its heartbeat says: missing, in
+// the future, or from a node clock 5 minutes behind. A new version makes
+// it count again; a version already seen (an informer's relist) does not;
+// a maxAge of 0 turns the check off.
+func TestStaleOnSchedulerClock(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	withBeat := func(at time.Time) *v1alpha2.NodeResourceTopology {
+	withBeat := func(at time.Time, rv string) *v1alpha2.NodeResourceTopology {
 		o := handNRT("n", 0, 1, 2, 3)
-		o.Attributes = append(o.Attributes, v1alpha2.AttributeInfo{Name: nrt.AttrHeartbeat, Value: at.Format(time.RFC3339)})
+		if !at.IsZero() {
+			o.Attributes = append(o.Attributes, v1alpha2.AttributeInfo{Name: nrt.AttrHeartbeat, Value: at.Format(time.RFC3339)})
+		}
+		o.ResourceVersion = rv
 		return o
 	}
-	pl, st := newTestPlugin(t, nil)
-	st.maxAge = 5 * time.Minute
-	clock := t0
-	st.now = func() time.Time { return clock }
-	st.observe(withBeat(t0))
-	pod := makePod("p", 1, nil, rdma, "1")
-	filter := func() *fwk.Status {
-		cycle, _ := preFilter(t, pl, pod, nodeInfo("big", 16))
-		return pl.Filter(t.Context(), cycle, pod, nodeInfo("n", 8))
-	}
-	if s := filter(); !s.IsSuccess() {
-		t.Fatalf("fresh object: %v", s)
-	}
-	clock = t0.Add(4 * time.Minute)
-	st.expireDue()
-	if s := filter(); !s.IsSuccess() {
-		t.Errorf("4 minutes old, limit 5: %v", s)
-	}
-	clock = t0.Add(7 * time.Minute)
-	st.expireDue()
-	want := "NodeResourceTopology is stale: not refreshed by its exporter since 2026-12-01T12:00:00Z (topologyMaxAge 5m0s)"
-	if s := filter(); s.Code() != fwk.UnschedulableAndUnresolvable || s.Message() != want {
-		t.Errorf("7 minutes old: %v, want %q", s, want)
-	}
-	before := st.view("n")
-	clock = t0.Add(8 * time.Minute)
-	st.expireDue()
-	if st.view("n") != before {
-		t.Error("a node already stale was rebuilt again by the next sweep")
-	}
-	o := withBeat(t0.Add(6 * time.Minute))
-	o.ResourceVersion = "2"
-	st.observe(o)
-	if s := filter(); !s.IsSuccess() {
-		t.Errorf("refreshed: %v", s)
-	}
-	// An object published long ago counts as stale as soon as it is seen.
-	o = withBeat(t0.Add(-time.Hour))
-	o.ResourceVersion = "3"
-	st.observe(o)
-	if v, why := st.View("n"); v != nil || !strings.Contains(why, "is stale") {
-		t.Errorf("hour-old object: %v %q", v, why)
-	}
-	for name, tc := range map[string]struct {
-		maxAge time.Duration
-		obj    *v1alpha2.NodeResourceTopology
-	}{
-		"check off":    {0, withBeat(t0.Add(-time.Hour))},
-		"no heartbeat": {5 * time.Minute, handNRT("n", 0, 1)},
+	want := "NodeResourceTopology is stale: not refreshed by its exporter since 2026-12-01T12:00:00Z (no new version for longer than topologyMaxAge 5m0s)"
+	for name, heartbeat := range map[string]time.Time{
+		"heartbeat current":      t0,
+		"no heartbeat":           {},
+		"heartbeat in 2099":      time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC),
+		"node clock 5 min slow":  t0.Add(-5 * time.Minute),
+		"node clock an hour off": t0.Add(-time.Hour),
 	} {
-		_, st := newTestPlugin(t, nil)
-		st.maxAge, st.now = tc.maxAge, func() time.Time { return clock }
-		st.observe(tc.obj)
-		st.expireDue()
-		if v, why := st.View("n"); v == nil {
-			t.Errorf("%s: %q", name, why)
-		}
+		t.Run(name, func(t *testing.T) {
+			pl, st := newTestPlugin(t, nil)
+			st.maxAge = 5 * time.Minute
+			clock := t0
+			st.now = func() time.Time { return clock }
+			pod := makePod("p", 1, nil, rdma, "1")
+			filter := func() *fwk.Status {
+				cycle, _ := preFilter(t, pl, pod, nodeInfo("big", 16))
+				return pl.Filter(t.Context(), cycle, pod, nodeInfo("n", 8))
+			}
+			st.observe(withBeat(heartbeat, "1"))
+			if s := filter(); !s.IsSuccess() {
+				t.Fatalf("just received: %v", s)
+			}
+			clock = t0.Add(4 * time.Minute)
+			st.expireDue()
+			if s := filter(); !s.IsSuccess() {
+				t.Errorf("received 4 minutes ago, limit 5: %v", s)
+			}
+			// The exporter stopped: no new version, whatever the heartbeat.
+			clock = t0.Add(7 * time.Minute)
+			st.expireDue()
+			if s := filter(); s.Code() != fwk.UnschedulableAndUnresolvable || s.Message() != want {
+				t.Errorf("received 7 minutes ago: %v, want %q", s, want)
+			}
+			before := st.view("n")
+			clock = t0.Add(8 * time.Minute)
+			st.expireDue()
+			if st.view("n") != before {
+				t.Error("a node already stale was rebuilt again by the next sweep")
+			}
+			// A relist delivers the version already held: still stale.
+			st.observe(withBeat(heartbeat, "1"))
+			if s := filter(); s.IsSuccess() {
+				t.Error("a relisted old version made the node fresh")
+			}
+			// A live exporter's next write is a new version, with the
+			// heartbeat its node's clock gives.
+			st.observe(withBeat(heartbeat.Add(time.Minute), "2"))
+			if s := filter(); !s.IsSuccess() {
+				t.Errorf("new version: %v", s)
+			}
+		})
+	}
+	_, st := newTestPlugin(t, nil)
+	clock := t0
+	st.maxAge, st.now = 0, func() time.Time { return clock }
+	st.observe(withBeat(t0, "1"))
+	clock = t0.Add(time.Hour)
+	st.expireDue()
+	if v, why := st.View("n"); v == nil {
+		t.Errorf("check off: %q", why)
 	}
 	if _, err := nrt.Compile(withBeatValue("yesterday"), "nvidia.com/gpu"); err == nil || !strings.Contains(err.Error(), "heartbeat") {
 		t.Errorf("garbled heartbeat: %v", err)

@@ -30,7 +30,8 @@ func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v
 	if v == nil || s.req.gpus > len(v.c.GPUs) {
 		return nil // nothing to plan against: the kubelet decides alone
 	}
-	li := v.bestLevel(&s.req)
+	steps := maxCallSteps
+	li := v.bestLevel(&s.req, &steps)
 	if li < 0 {
 		li = len(topology.Levels) - 1 // preferred policy on a node that cannot align
 	}

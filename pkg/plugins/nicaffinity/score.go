@@ -67,7 +67,8 @@ func (pl *NICAffinity) Score(_ context.Context, cycle fwk.CycleState, _ *v1.Pod,
 		}
 		return int64(a.plain), nil
 	}
-	return pl.nodeScore(v, req), nil
+	steps := maxCallSteps
+	return pl.nodeScore(v, req, &steps), nil
 }
 
 // precompute fills a new view's answers for common requests of 1 to
@@ -82,14 +83,18 @@ func (pl *NICAffinity) precompute(v *nodeView) {
 	req := pl.defaults
 	li := levelIndex(req.maxLevel)
 	for g := 1; g < n; g++ {
+		// Common requests ask for no VFs: nothing here searches.
+		steps := maxCallSteps
 		req.gpus, req.rdma = g, true
-		v.answers[g] = answer{feasible: v.feasible(&req, li), score: uint8(pl.nodeScore(v, &req))}
+		v.answers[g] = answer{feasible: v.feasible(&req, li, &steps), score: uint8(pl.nodeScore(v, &req, &steps))}
 		req.rdma = false
-		v.answers[g].plain = uint8(pl.nodeScore(v, &req))
+		v.answers[g].plain = uint8(pl.nodeScore(v, &req, &steps))
 	}
 }
 
-func (pl *NICAffinity) nodeScore(v *nodeView, req *request) int64 {
+// nodeScore is Score on a usable view, within the call's search budget
+// *steps, which every level tried shares.
+func (pl *NICAffinity) nodeScore(v *nodeView, req *request, steps *int) int64 {
 	if req.gpus > len(v.c.GPUs) || !req.rdma && req.gpus == len(v.c.GPUs) {
 		return fwk.MaxNodeScore
 	}
@@ -97,7 +102,7 @@ func (pl *NICAffinity) nodeScore(v *nodeView, req *request) int64 {
 		planned := v.plan(req, len(topology.Levels)-1)
 		return int64(100 * v.packing(req, planned))
 	}
-	li := v.bestLevel(req)
+	li := v.bestLevel(req, steps)
 	if li < 0 {
 		return 0
 	}

@@ -81,16 +81,21 @@ func levelIndex(l topology.Level) int {
 // caps NIC zones at nrt.MaxNICs, which is the same.
 const maxMasks = nrt.MaxNICs
 
-// maxCoverSteps bounds one coverage search. Real nodes need a few hundred
-// steps at most (8 to 16 NICs, masks deduplicated); a hostile object with
-// dozens of distinct masks and a pod asking for many VFs would need
-// billions. Past the budget the node counts as not fitting: a Filter call
-// then costs well under 10 ms.
-const maxCoverSteps = 200_000
+// maxCallSteps is the search budget of one Filter, Score or Reserve call:
+// every coverage search the call makes (one per VF resource, and in Score
+// and Reserve one per level tried) draws on the same budget, so the work a
+// call does is bounded whatever the object and the pod ask. Real nodes
+// need a few hundred steps at most (8 to 16 NICs, masks deduplicated); a
+// hostile object with dozens of distinct masks and a pod asking for many
+// VFs would need millions. Past the budget the node counts as not fitting
+// (Filter) or as not reaching the remaining levels (Score). Its cost is in
+// docs/bench/hostile-object.md.
+const maxCallSteps = 10_000
 
 // feasible reports whether some set of req.gpus free GPUs each has a usable
 // NIC at level index li or closer, with free VFs where the pod asks for VFs.
-func (v *nodeView) feasible(req *request, li int) bool {
+// Searches draw on *steps, the call's budget.
+func (v *nodeView) feasible(req *request, li int, steps *int) bool {
 	if !req.rdma {
 		return v.free.Count() >= req.gpus
 	}
@@ -98,7 +103,7 @@ func (v *nodeView) feasible(req *request, li int) bool {
 		return (v.free & v.c.AnyNear[li]).Count() >= req.gpus
 	}
 	for i := range req.vfs {
-		if !v.coverable(req.vfs[i], li, req.gpus) {
+		if !v.coverable(req.vfs[i], li, req.gpus, steps) {
 			return false
 		}
 	}
@@ -109,7 +114,7 @@ func (v *nodeView) feasible(req *request, li int) bool {
 // one of them. Is there a set of at most vf.count PFs with free VFs whose
 // near GPUs (among the free ones) number at least gpus? NICs with the same
 // near GPUs are one choice, so they are searched once.
-func (v *nodeView) coverable(vf vfRequest, li, gpus int) bool {
+func (v *nodeView) coverable(vf vfRequest, li, gpus int, steps *int) bool {
 	var masks [maxMasks]nrt.GPUSet
 	n := 0
 	var total int64
@@ -128,16 +133,18 @@ func (v *nodeView) coverable(vf vfRequest, li, gpus int) bool {
 	if total < vf.count {
 		return false
 	}
-	steps := maxCoverSteps
-	return bestCover(masks[:n], int(min(vf.count, int64(n))), 0, gpus, &steps)
+	return bestCover(masks[:n], int(min(vf.count, int64(n))), 0, gpus, steps)
 }
 
 // bestCover searches unions of at most k masks (depth-first, masks in
-// order) for one with at least want members, within *steps calls.
+// order) for one with at least want members, within *steps calls: each
+// call spends one step, and none is made once the budget is spent, so
+// *steps never goes below 0.
 func bestCover(masks []nrt.GPUSet, k int, have nrt.GPUSet, want int, steps *int) bool {
-	if *steps--; *steps < 0 {
+	if *steps <= 0 {
 		return false
 	}
+	*steps--
 	if have.Count() >= want {
 		return true
 	}
@@ -162,10 +169,11 @@ func bestCover(masks []nrt.GPUSet, k int, have nrt.GPUSet, want int, steps *int)
 	return false
 }
 
-// bestLevel is the closest level index at which the pod fits, or -1.
-func (v *nodeView) bestLevel(req *request) int {
+// bestLevel is the closest level index at which the pod fits, or -1. All
+// levels share the call's budget *steps.
+func (v *nodeView) bestLevel(req *request, steps *int) int {
 	for li := range topology.Levels {
-		if v.feasible(req, li) {
+		if v.feasible(req, li, steps) {
 			return li
 		}
 	}
