@@ -58,20 +58,70 @@ func JSONConfig(cfg *rest.Config) *rest.Config {
 	return c
 }
 
+// Option changes how the control plane starts.
+type Option func(*options)
+
+type options struct {
+	authz  bool
+	tokens []StaticToken
+}
+
+// StaticToken is a user that authenticates with a fixed bearer token (the
+// apiserver's --token-auth-file): a kubelet's node identity, the default
+// scheduler, an operator.
+type StaticToken struct {
+	Token, User string
+	Groups      []string
+}
+
+// WithAuthorization runs the apiserver as a production cluster does, with
+// the Node and RBAC authorizers and the NodeRestriction admission plugin
+// (instead of allowing every request), and accepts the given static tokens
+// besides service-account tokens. The admin client (Config) stays in
+// system:masters.
+func WithAuthorization(tokens ...StaticToken) Option {
+	return func(o *options) { o.authz, o.tokens = true, tokens }
+}
+
+// authzFlags are the apiserver flags of WithAuthorization, with the token
+// file written in dir.
+func (o *options) authzFlags(dir string) ([]string, error) {
+	if !o.authz {
+		return nil, nil
+	}
+	var b strings.Builder
+	for i, tok := range o.tokens {
+		fmt.Fprintf(&b, "%s,%s,uid-%d,%q\n", tok.Token, tok.User, i, strings.Join(tok.Groups, ","))
+	}
+	file := filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
+		return nil, fmt.Errorf("writing the token file: %w", err)
+	}
+	return []string{"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction", "--token-auth-file=" + file}, nil
+}
+
 // Start runs etcd and the apiserver for t (a test, or internal/runenv for the
 // simulator), installs the CRDs under manifests/crds and waits until they are
 // served. Everything stops at t's cleanup.
-func Start(t ktesting.TB) *ControlPlane {
+func Start(t ktesting.TB, opts ...Option) *ControlPlane {
 	t.Helper()
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := certFixtureWorkaround(); err != nil {
 		t.Fatalf("kube-apiserver certificate directory: %v", err)
+	}
+	flags, err := o.authzFlags(t.TempDir())
+	if err != nil {
+		t.Fatalf("%v", err)
 	}
 	etcdURL := startEtcd(t)
 	storage := storagebackend.NewDefaultConfig(fmt.Sprintf("/nicaffinity-%d", time.Now().UnixNano()), nil)
 	storage.Transport.ServerList = []string{etcdURL}
 	srv, err := kubeapiservertesting.StartTestServer(t,
 		&kubeapiservertesting.TestServerInstanceOptions{DisableInvariantChecks: true},
-		[]string{"--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"},
+		append([]string{"--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"}, flags...),
 		storage)
 	if err != nil {
 		t.Fatalf("starting kube-apiserver: %v", err)

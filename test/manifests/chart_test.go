@@ -206,7 +206,7 @@ func TestChartInstalls(t *testing.T) {
 		check     func(t *testing.T, objs map[string]map[string]any)
 	}{{
 		name:      "defaults",
-		wantKinds: map[string]int{"DaemonSet": 1, "Deployment": 1, "ServiceMonitor": 0, "ValidatingAdmissionPolicy": 5},
+		wantKinds: map[string]int{"DaemonSet": 1, "Deployment": 1, "ServiceMonitor": 0, "ValidatingAdmissionPolicy": 6},
 	}, {
 		name: "everything on, renamed and retuned",
 		vals: map[string]any{
