@@ -43,7 +43,8 @@ type options struct {
 	nodeName, kubeconfig, kubeletDir, vendorDir, sysfsRoot, socket, metricsAddr string
 	gpuResource                                                                 string
 	sriovResources                                                              []string
-	timeout                                                                     time.Duration
+	timeout, callTimeout                                                        time.Duration
+	maxFronts                                                                   int
 }
 
 func main() {
@@ -80,6 +81,8 @@ func commandFor(o *options) *cobra.Command {
 	f.StringVar(&o.gpuResource, "gpu-resource", "nvidia.com/gpu", "the NVIDIA device plugin's resource")
 	f.StringSliceVar(&o.sriovResources, "sriov-resources", []string{"openshift.io/sriov_highnet"}, "SR-IOV device plugin resources (device IDs are VF PCI addresses)")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Second, "longest a preferred allocation may take before the kubelet chooses alone")
+	f.DurationVar(&o.callTimeout, "call-timeout", 30*time.Second, "longest any other call forwarded to a device plugin may take (Allocate, PreStartContainer, options, the first device list)")
+	f.IntVar(&o.maxFronts, "max-fronts", allocproxy.DefaultMaxFronts, "most resources the proxy fronts; further registrations are refused")
 	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(fs)
 	f.AddGoFlagSet(fs)
@@ -90,8 +93,8 @@ func (o *options) config() (allocproxy.Config, error) {
 	if o.nodeName == "" {
 		return allocproxy.Config{}, errors.New("--node-name (or NODE_NAME) is required")
 	}
-	if o.timeout <= 0 {
-		return allocproxy.Config{}, errors.New("--timeout must be positive")
+	if o.timeout <= 0 || o.callTimeout <= 0 || o.maxFronts <= 0 {
+		return allocproxy.Config{}, errors.New("--timeout, --call-timeout and --max-fronts must be positive")
 	}
 	if o.kubeletDir == o.vendorDir {
 		return allocproxy.Config{}, errors.New("--vendor-dir must not be the kubelet's directory: the vendor plugins would register with the kubelet directly")
@@ -103,7 +106,8 @@ func (o *options) config() (allocproxy.Config, error) {
 		}
 		kinds[r] = allocproxy.KindVF
 	}
-	return allocproxy.Config{KubeletDir: o.kubeletDir, VendorDir: o.vendorDir, Kinds: kinds, Timeout: o.timeout}, nil
+	return allocproxy.Config{KubeletDir: o.kubeletDir, VendorDir: o.vendorDir, Kinds: kinds, Timeout: o.timeout,
+		CallTimeout: o.callTimeout, MaxFronts: o.maxFronts, NodeName: o.nodeName}, nil
 }
 
 func (o *options) run(ctx context.Context) error {

@@ -7,8 +7,10 @@ import (
 
 func TestBadFlags(t *testing.T) {
 	for args, want := range map[string]string{
-		"--node-name=": "--node-name",
-		"--timeout=0s": "--timeout must be positive",
+		"--node-name=":      "--node-name",
+		"--timeout=0s":      "--timeout, --call-timeout and --max-fronts must be positive",
+		"--call-timeout=0s": "--call-timeout",
+		"--max-fronts=0":    "--max-fronts",
 		"--vendor-dir=/var/lib/kubelet/device-plugins/": "--vendor-dir must not be the kubelet's directory",
 		"--sriov-resources=nvidia.com/gpu":              "names the GPU resource",
 	} {

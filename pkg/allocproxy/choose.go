@@ -71,6 +71,7 @@ const (
 	ReasonUnknownIDs   = "unknown-device-ids"
 	ReasonMustInclude  = "must-include"
 	ReasonVendorFailed = "vendor-failed"
+	ReasonBadPlan      = "bad-plan"
 )
 
 // Choice is Choose's answer. With IDs, the plan of Pod is followed. Without,
@@ -154,6 +155,16 @@ func gpuPlan(req Request, c *Candidate, available map[string]bool) Choice {
 		return Choice{Reason: ReasonTaken, Message: fmt.Sprintf("planned GPUs %s of %s are not available", strings.Join(taken, ", "), c.Key())}
 	case len(missing) > 0:
 		return Choice{Reason: ReasonUnknownIDs, Message: fmt.Sprintf("planned GPUs %s of %s match no available %s device (taken, or the plan has no UUIDs and the device plugin does not name GPUs by bus ID)", strings.Join(missing, ", "), c.Key(), req.Resource)}
+	}
+	// Plans are parsed with repeats refused; a plan's UUID and bus ID may
+	// still name one device twice. The kubelet must never get a device
+	// twice in one answer.
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			return Choice{Reason: ReasonBadPlan, Message: fmt.Sprintf("the plan of %s names device %s twice", c.Key(), id)}
+		}
+		seen[id] = true
 	}
 	for _, m := range req.MustInclude {
 		if !slices.Contains(ids, m) {

@@ -151,3 +151,14 @@ func FuzzChoose(f *testing.F) {
 		}
 	})
 }
+
+// TestChooseRefusesRepeatedDevices: a plan whose UUIDs name one GPU twice
+// never reaches the kubelet as a device listed twice.
+func TestChooseRefusesRepeatedDevices(t *testing.T) {
+	c := Candidate{Namespace: "default", Name: "p", Requests: map[string]int64{"nvidia.com/gpu": 2},
+		Plan: annotations.Allocation{Node: "n", GPUs: []string{"0000:10:00.0", "0000:20:00.0"}, UUIDs: []string{"GPU-0", "GPU-0"}}}
+	ch := Choose(Request{Resource: "nvidia.com/gpu", Kind: KindGPU, Available: []string{"GPU-0", "GPU-1"}, Size: 2}, []Candidate{c}, nil)
+	if ch.IDs != nil || ch.Reason != ReasonBadPlan {
+		t.Errorf("Choose = %+v, want no IDs and reason %s", ch, ReasonBadPlan)
+	}
+}

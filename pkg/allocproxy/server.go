@@ -2,6 +2,8 @@ package allocproxy
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -15,11 +17,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 )
 
 // Config tunes a Proxy.
@@ -46,6 +52,16 @@ type Config struct {
 	ClaimTTL time.Duration
 	// Poll is how often the kubelet's socket is checked for a restart.
 	Poll time.Duration
+	// CallTimeout bounds every other call forwarded to a vendor plugin
+	// (GetDevicePluginOptions, Allocate, PreStartContainer, and the first
+	// answer of ListAndWatch): a hung vendor never holds the kubelet.
+	CallTimeout time.Duration
+	// MaxFronts is how many resources the proxy fronts at most; past it a
+	// registration is refused, counted and reported as an Event on the
+	// Node. Vendor plugins register a few resources each.
+	MaxFronts int
+	// NodeName names the Node that refusals are reported on.
+	NodeName string
 }
 
 // Plans lists the pods of this node that carry a plan (the informer edge).
@@ -59,11 +75,15 @@ type Held interface {
 	Holding(ctx context.Context, resource string) (map[string]bool, error)
 }
 
+// DefaultMaxFronts is Config.MaxFronts unless set.
+const DefaultMaxFronts = 32
+
 // Metrics are the proxy's Prometheus metrics.
 type Metrics struct {
 	Registry      *prometheus.Registry
 	Preferred     *prometheus.CounterVec
 	Registrations *prometheus.CounterVec
+	Fronts        prometheus.Gauge
 }
 
 // NewMetrics registers the proxy's metrics.
@@ -72,14 +92,18 @@ func NewMetrics() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		Preferred: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nicaffinity_allocation_proxy_preferred_total",
-			Help: "GetPreferredAllocation answers by resource and result: plan (the scheduler's plan), or why not (no-plan, devices-taken, unknown-device-ids, must-include, vendor-failed).",
+			Help: "GetPreferredAllocation answers by resource and result: plan (the scheduler's plan), or why not (no-plan, devices-taken, unknown-device-ids, must-include, bad-plan, vendor-failed).",
 		}, []string{"resource", "result"}),
 		Registrations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nicaffinity_allocation_proxy_registrations_total",
-			Help: "Registrations by side (vendor: a device plugin with the proxy; kubelet: the proxy with the kubelet) and result.",
+			Help: "Registrations by side (vendor: a device plugin with the proxy; kubelet: the proxy with the kubelet) and result (ok, error, refused: invalid, over-cap: past the proxy's limit of fronted resources).",
 		}, []string{"side", "result"}),
+		Fronts: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nicaffinity_allocation_proxy_fronts",
+			Help: "Resources the proxy fronts for the kubelet (at most its --max-fronts).",
+		}),
 	}
-	m.Registry.MustRegister(m.Preferred, m.Registrations,
+	m.Registry.MustRegister(m.Preferred, m.Registrations, m.Fronts,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -109,6 +133,12 @@ func New(cfg Config, plans Plans, held Held, recorder record.EventRecorder, m *M
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = time.Second
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = 30 * time.Second
+	}
+	if cfg.MaxFronts <= 0 {
+		cfg.MaxFronts = DefaultMaxFronts
 	}
 	if m == nil {
 		m = NewMetrics()
@@ -232,9 +262,21 @@ func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequ
 		return nil, err
 	}
 	// A vendor registering again has restarted: its old front goes first
-	// (the new one serves the same socket name).
+	// (the new one serves the same socket name). A new resource past the
+	// cap is refused: each front is a socket and goroutines.
 	p.mu.Lock()
 	old := p.fronts[req.ResourceName]
+	if old == nil && len(p.fronts) >= p.cfg.MaxFronts {
+		p.mu.Unlock()
+		p.metrics.Registrations.WithLabelValues("vendor", "over-cap").Inc()
+		err := fmt.Errorf("resource %q: the proxy already fronts %d resources, its limit (--max-fronts)", req.ResourceName, p.cfg.MaxFronts)
+		klog.ErrorS(err, "Refused a vendor registration", "resource", req.ResourceName, "endpoint", req.Endpoint)
+		if p.recorder != nil && p.cfg.NodeName != "" {
+			ref := &corev1.ObjectReference{Kind: "Node", Name: p.cfg.NodeName, UID: types.UID(p.cfg.NodeName)}
+			p.recorder.Eventf(ref, corev1.EventTypeWarning, "RegistrationRefused", "%v", err)
+		}
+		return nil, status.Error(codes.ResourceExhausted, err.Error())
+	}
 	delete(p.fronts, req.ResourceName)
 	p.mu.Unlock()
 	if old != nil {
@@ -247,6 +289,7 @@ func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequ
 	}
 	p.mu.Lock()
 	p.fronts[req.ResourceName] = f
+	p.metrics.Fronts.Set(float64(len(p.fronts)))
 	p.mu.Unlock()
 	p.metrics.Registrations.WithLabelValues("vendor", "ok").Inc()
 	klog.InfoS("Vendor plugin registered", "resource", req.ResourceName, "endpoint", req.Endpoint, "preferredAllocation", req.GetOptions().GetGetPreferredAllocationAvailable())
@@ -259,12 +302,16 @@ func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequ
 // maxName bounds names from registrations (a DNS subdomain, a file name).
 const maxName = 253
 
+// validRegistration checks a registration as the kubelet's device manager
+// does (an extended resource name: a qualified name outside
+// kubernetes.io, which refuses NUL and other odd bytes), and the endpoint
+// as a plain file name.
 func validRegistration(req *pluginapi.RegisterRequest) error {
 	switch {
 	case req.GetVersion() != pluginapi.Version:
 		return fmt.Errorf("device plugin API version %q: the proxy speaks %s", req.GetVersion(), pluginapi.Version)
-	case req.GetResourceName() == "" || len(req.GetResourceName()) > maxName || !strings.Contains(req.GetResourceName(), "/"):
-		return fmt.Errorf("resource name %q: want <domain>/<name>, at most %d bytes", req.GetResourceName(), maxName)
+	case len(req.GetResourceName()) > maxName || !v1helper.IsExtendedResourceName(corev1.ResourceName(req.GetResourceName())):
+		return fmt.Errorf("resource name %q: not an extended resource name (<domain>/<name>, at most %d bytes, outside kubernetes.io)", req.GetResourceName(), maxName)
 	case req.GetEndpoint() == "" || len(req.GetEndpoint()) > maxName || req.GetEndpoint() != filepath.Base(req.GetEndpoint()) || strings.HasPrefix(req.GetEndpoint(), "."):
 		return fmt.Errorf("endpoint %q: want a socket file name in the plugin directory", req.GetEndpoint())
 	}
@@ -298,8 +345,7 @@ func (p *Proxy) newFront(req *pluginapi.RegisterRequest) (*front, error) {
 	}
 	kind, fronted := p.cfg.Kinds[req.ResourceName]
 	f := &front{p: p, resource: req.ResourceName, kind: kind, fronted: fronted, conn: conn, vendor: pluginapi.NewDevicePluginClient(conn),
-		opts:   req.GetOptions(),
-		socket: filepath.Join(p.cfg.KubeletDir, "nicaffinity-"+strings.NewReplacer("/", "_", ".", "_").Replace(req.ResourceName)+".sock")}
+		opts: req.GetOptions(), socket: filepath.Join(p.cfg.KubeletDir, FrontSocket(req.ResourceName))}
 	if f.opts == nil {
 		f.opts = &pluginapi.DevicePluginOptions{}
 	}
@@ -308,6 +354,20 @@ func (p *Proxy) newFront(req *pluginapi.RegisterRequest) (*front, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// FrontSocket is the file name of the socket that fronts resource for the
+// kubelet: readable (the name with "/" and "." as "_", cut to 40 bytes)
+// and collision-free (a hash of the whole name): nvidia.com/gpu and
+// nvidia/com.gpu read alike but never share a socket. It stays far below
+// the 108 bytes a unix socket path may have.
+func FrontSocket(resource string) string {
+	readable := strings.NewReplacer("/", "_", ".", "_").Replace(resource)
+	if len(readable) > 40 {
+		readable = readable[:40]
+	}
+	sum := sha256.Sum256([]byte(resource))
+	return "nicaffinity-" + readable + "-" + hex.EncodeToString(sum[:6]) + ".sock"
 }
 
 // serve (re)creates the front's socket in the kubelet's directory.
@@ -371,6 +431,8 @@ type frontServer struct {
 }
 
 func (s *frontServer) GetDevicePluginOptions(ctx context.Context, e *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.f.p.cfg.CallTimeout)
+	defer cancel()
 	opts, err := s.f.vendor.GetDevicePluginOptions(ctx, e)
 	if err != nil {
 		return nil, err
@@ -379,13 +441,27 @@ func (s *frontServer) GetDevicePluginOptions(ctx context.Context, e *pluginapi.E
 	return out, nil
 }
 
+// ListAndWatch relays the vendor's device lists. The vendor must send its
+// first list within CallTimeout (a device plugin sends one at once); a
+// vendor that hangs gets the stream cut, the kubelet sees an error and
+// the front registers again. Later lists come when devices change, so
+// only the first is timed.
 func (s *frontServer) ListAndWatch(e *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
-	vs, err := s.f.vendor.ListAndWatch(stream.Context(), e)
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	var late atomic.Bool
+	first := time.AfterFunc(s.f.p.cfg.CallTimeout, func() { late.Store(true); cancel() })
+	vs, err := s.f.vendor.ListAndWatch(ctx, e)
 	if err != nil {
+		first.Stop()
 		return err
 	}
 	for {
 		resp, err := vs.Recv()
+		if first.Stop(); late.Load() {
+			s.f.registered.Store(false)
+			return status.Errorf(codes.DeadlineExceeded, "%s: the device plugin sent no device list within %s", s.f.resource, s.f.p.cfg.CallTimeout)
+		}
 		if err != nil {
 			return err
 		}
@@ -396,10 +472,14 @@ func (s *frontServer) ListAndWatch(e *pluginapi.Empty, stream grpc.ServerStreami
 }
 
 func (s *frontServer) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.f.p.cfg.CallTimeout)
+	defer cancel()
 	return s.f.vendor.Allocate(ctx, req)
 }
 
 func (s *frontServer) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.f.p.cfg.CallTimeout)
+	defer cancel()
 	return s.f.vendor.PreStartContainer(ctx, req)
 }
 

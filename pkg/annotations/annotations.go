@@ -92,6 +92,17 @@ func ParseAllocation(s string) (Allocation, error) {
 	if len(a.UUIDs) > 0 && len(a.UUIDs) != len(a.GPUs) {
 		return a, fmt.Errorf("annotation %s: %d uuids for %d gpus", AllocationKey, len(a.UUIDs), len(a.GPUs))
 	}
+	// A plan names each device once: a repeated one would be handed to
+	// the kubelet twice (the allocation proxy follows plans).
+	for field, list := range map[string][]string{"gpus": a.GPUs, "uuids": a.UUIDs, "nics": a.NICs} {
+		seen := make(map[string]bool, len(list))
+		for i, d := range list {
+			if d != "" && seen[d] {
+				return a, fmt.Errorf("annotation %s: %s[%d]: %q appears twice", AllocationKey, field, i, d)
+			}
+			seen[d] = true
+		}
+	}
 	if a.Level != "" {
 		if _, err := topology.ParseLevel(a.Level); err != nil {
 			return a, fmt.Errorf("annotation %s: level: %w", AllocationKey, err)

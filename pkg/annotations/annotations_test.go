@@ -123,3 +123,18 @@ func FuzzParseMaxLevel(f *testing.F) {
 		}
 	})
 }
+
+// TestParseAllocationRefusesRepeats: a plan names each GPU, UUID and NIC
+// once.
+func TestParseAllocationRefusesRepeats(t *testing.T) {
+	for _, s := range []string{
+		`{"node":"n","gpus":["0000:10:00.0","0000:10:00.0"]}`,
+		`{"node":"n","gpus":["0000:10:00.0","10:00.0"]}`,
+		`{"node":"n","gpus":["0000:10:00.0","0000:20:00.0"],"uuids":["GPU-0","GPU-0"]}`,
+		`{"node":"n","gpus":["0000:10:00.0"],"nics":["mlx5_0","mlx5_0"]}`,
+	} {
+		if _, err := ParseAllocation(s); err == nil || !strings.Contains(err.Error(), "appears twice") {
+			t.Errorf("%s: %v, want a refusal", s, err)
+		}
+	}
+}
