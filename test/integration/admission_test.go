@@ -441,6 +441,22 @@ func TestAdmissionPolicies(t *testing.T) {
 	}
 }
 
+// podOutputsPolicyYAML is the shipped nicaffinity-pod-outputs policy and
+// its binding.
+func podOutputsPolicyYAML(t testing.TB) []byte {
+	t.Helper()
+	var out []string
+	for _, doc := range strings.Split(string(manifests.AdmissionPolicies), "\n---\n") {
+		if strings.Contains(doc, "\n  name: nicaffinity-pod-outputs\n") {
+			out = append(out, doc)
+		}
+	}
+	if len(out) != 2 {
+		t.Fatalf("%d documents named nicaffinity-pod-outputs, want the policy and its binding", len(out))
+	}
+	return []byte(strings.Join(out, "\n---\n"))
+}
+
 // podOutputsPolicy is the shipped nicaffinity-pod-outputs policy.
 func podOutputsPolicy(t *testing.T) *admissionv1.ValidatingAdmissionPolicy {
 	t.Helper()
@@ -455,14 +471,14 @@ func podOutputsPolicy(t *testing.T) *admissionv1.ValidatingAdmissionPolicy {
 }
 
 // installPolicies creates the shipped policies and bindings.
-func installPolicies(t *testing.T, kube kubernetes.Interface) {
+func installPolicies(t testing.TB, kube kubernetes.Interface) {
 	t.Helper()
 	installObjects(t, kube, manifests.AdmissionPolicies)
 }
 
 // installObjects creates the objects of a multi-document YAML file: the
 // kinds nicaffinity's manifests hold.
-func installObjects(t *testing.T, kube kubernetes.Interface, b []byte) {
+func installObjects(t testing.TB, kube kubernetes.Interface, b []byte) {
 	t.Helper()
 	ctx := context.Background()
 	for _, doc := range strings.Split(string(b), "\n---\n") {
@@ -539,7 +555,7 @@ func clientFor(t *testing.T, cp *controlplane.ControlPlane, ns, sa string, bound
 }
 
 // tokenClient authenticates with a static token of trustTokens.
-func tokenClient(t *testing.T, cp *controlplane.ControlPlane, token string) kubernetes.Interface {
+func tokenClient(t testing.TB, cp *controlplane.ControlPlane, token string) kubernetes.Interface {
 	t.Helper()
 	cfg := rest.AnonymousClientConfig(cp.Config)
 	cfg.BearerToken = token

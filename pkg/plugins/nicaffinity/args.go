@@ -40,10 +40,11 @@ type Args struct {
 	StaleTopology string `json:"staleTopology,omitempty"`
 	// ReservationTimeout drops a reservation the object never confirmed. Default 2m.
 	ReservationTimeout *metav1.Duration `json:"reservationTimeout,omitempty"`
-	// TopologyMaxAge is how old an object's heartbeat may be before the
-	// node counts as topology unknown (its exporter stopped keeping it
-	// current). Default 5m, five of the exporter's default resync periods;
-	// 0 turns the check off. Objects without a heartbeat are not checked.
+	// TopologyMaxAge is how long the scheduler may go without receiving a
+	// new version of a node's object before the node counts as topology
+	// unknown (its exporter stopped keeping it current), by the
+	// scheduler's own clock. Default 5m, five of the exporter's default
+	// resync periods; 0 turns the check off.
 	TopologyMaxAge *metav1.Duration `json:"topologyMaxAge,omitempty"`
 	// AnnotateAt is where the plan is written on the pod: Bind (default:
 	// inside the Binding, no extra API call; the profile must run

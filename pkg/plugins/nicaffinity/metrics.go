@@ -24,7 +24,7 @@ var (
 	}, []string{"reason"})
 	topologyNodes = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace: "nicaffinity", Subsystem: "scheduler", Name: "topology_nodes",
-		Help:           "Nodes whose NodeResourceTopology the scheduler holds, by state: usable, unreadable (it cannot be compiled), stale (its heartbeat is older than topologyMaxAge).",
+		Help:           "Nodes whose NodeResourceTopology the scheduler holds, by state: usable, unreadable (it cannot be compiled), stale (no new version of it for longer than topologyMaxAge).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"state"})
 	reservations = metrics.NewGauge(&metrics.GaugeOpts{
