@@ -1,0 +1,87 @@
+//go:build !race
+
+package nicaffinity
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+
+	"github.com/nicaffinity/nicaffinity/internal/golden"
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata")
+
+// TestDecisionsGolden is the gate for refactors that must change nothing
+// users see: for fixed objects (every built-in machine shape, free and
+// partly used, the half-NIC node, the hostile object) and a fixed table of
+// pods, what PreFilter, Filter (code and every rejection text), Score and
+// Reserve (the plan) decide, one line each, against
+// testdata/decisions.golden. Run with -update only when a change is meant
+// to change decisions, and say so in the commit.
+func TestDecisionsGolden(t *testing.T) {
+	objs := []*v1alpha2.NodeResourceTopology{handNRT("half", 0, 1, 2, 3, 4, 5, 6, 7), handNRT("half-used", 2, 3, 6, 7), hostileNRT("hostile")}
+	for _, m := range sysfstest.Machines {
+		objs = append(objs, machineNRT(t, m.Name, m.Build), machineNRT(t, m.Name+"-used", m.Build, 0, 3, 5))
+	}
+	objs = append(objs, machineNRT(t, "h20-sriov", sysfstest.H20SRIOV, 1))
+	type podCase struct {
+		name  string
+		gpus  int64
+		ann   map[string]string
+		extra []string
+	}
+	var pods []podCase
+	for _, g := range []int64{1, 2, 3, 4, 7, 8} {
+		pods = append(pods,
+			podCase{fmt.Sprintf("plain-%d", g), g, nil, nil},
+			podCase{fmt.Sprintf("rdma-%d", g), g, nil, []string{rdma, "1"}},
+			podCase{fmt.Sprintf("rdma-%d-preferred", g), g, map[string]string{annotations.Policy: annotations.PolicyPreferred}, []string{rdma, "1"}},
+			podCase{fmt.Sprintf("rdma-%d-PIX", g), g, map[string]string{annotations.MaxLevel: "PIX"}, []string{rdma, "1"}},
+			podCase{fmt.Sprintf("rdma-%d-NODE", g), g, map[string]string{annotations.MaxLevel: "NODE", annotations.RDMA: "true"}, nil},
+			podCase{fmt.Sprintf("vf-%d", g), g, nil, []string{sriov, fmt.Sprint(g)}},
+		)
+	}
+	pods = append(pods, podCase{"bad-level", 2, map[string]string{annotations.MaxLevel: "CLOSE"}, []string{rdma, "1"}},
+		podCase{"bad-policy", 2, map[string]string{annotations.Policy: "always"}, []string{rdma, "1"}})
+	var out strings.Builder
+	for _, o := range objs {
+		for _, pc := range pods {
+			pl, _ := newTestPlugin(t, func(a *Args) { a.SRIOVResourceNames = []string{sriov, "openshift.io/sriov_net"} }, o)
+			pod := makePod(pc.name, pc.gpus, pc.ann, pc.extra...)
+			node := nodeInfo(o.Name, 16)
+			cycle, st := preFilter(t, pl, pod, node, nodeInfo("bigger", 32))
+			fmt.Fprintf(&out, "%s %s: prefilter=%s", o.Name, pc.name, statusText(st.Code().String(), st.Message()))
+			if !st.IsSuccess() {
+				out.WriteString("\n")
+				continue
+			}
+			f := pl.Filter(t.Context(), cycle, pod, node)
+			score, _ := pl.Score(t.Context(), cycle, pod, node)
+			fmt.Fprintf(&out, " filter=%s score=%d", statusText(f.Code().String(), f.Message()), score)
+			if f.IsSuccess() {
+				r := pl.Reserve(t.Context(), cycle, pod, o.Name)
+				s, _ := getState(cycle)
+				plan := "none"
+				if s != nil && s.planned != nil {
+					plan = annotations.Marshal(s.planned)
+				}
+				fmt.Fprintf(&out, " reserve=%s plan=%s", statusText(r.Code().String(), r.Message()), plan)
+			}
+			out.WriteString("\n")
+		}
+	}
+	golden.Check(t, "testdata/decisions.golden", []byte(out.String()), *update)
+}
+
+func statusText(code, msg string) string {
+	if msg == "" {
+		return code
+	}
+	return fmt.Sprintf("%s(%q)", code, msg)
+}
