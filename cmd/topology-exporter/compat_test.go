@@ -11,7 +11,7 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/internal/golden"
 	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
-	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
@@ -97,7 +97,7 @@ func compatObject(t *testing.T, m compatMachine, scope string) []byte {
 		t.Fatal(err)
 	}
 	var cpus []int
-	var mem []podresources.Memory
+	var mem []devices.Memory
 	for _, n := range topo.NUMANodes {
 		tree.NUMAMemory(n.ID, m.memTotal/1024, nil)
 		c, err := topology.ParseCPUList(n.CPUs)
@@ -109,29 +109,29 @@ func compatObject(t *testing.T, m compatMachine, scope string) []byte {
 				cpus = append(cpus, cpu)
 			}
 		}
-		mem = append(mem, podresources.Memory{Type: "memory", Bytes: m.memAllocatable, NUMANodes: []int{n.ID}})
+		mem = append(mem, devices.Memory{Type: "memory", Bytes: m.memAllocatable, NUMANodes: []int{n.ID}})
 	}
 	if err := tree.Err(); err != nil {
 		t.Fatal(err)
 	}
-	gpu := func(i int) podresources.Device {
+	gpu := func(i int) devices.Device {
 		g := topo.GPUs[i]
-		return podresources.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address, NUMANodes: []int{topology.NUMAOf(g.PCI)}}
+		return devices.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address, NUMANodes: []int{topology.NUMAOf(g.PCI)}}
 	}
 	kubelet := podresourcestest.New(filepath.Join(t.TempDir(), "kubelet.sock"))
-	var offered []podresources.Device
+	var offered []devices.Device
 	for i := range topo.GPUs {
 		offered = append(offered, gpu(i))
 	}
 	kubelet.SetAllocatable(offered)
 	kubelet.SetAllocatableCPUsMemory(cpus, mem)
 	for _, p := range m.held {
-		pod := podresources.Pod{Namespace: "default", Name: p.name, CPUs: p.cpus}
+		pod := devices.Pod{Namespace: "default", Name: p.name, CPUs: p.cpus}
 		for _, g := range p.gpus {
 			pod.Devices = append(pod.Devices, gpu(g))
 		}
 		numa := topology.NUMAOf(topo.GPUs[p.gpus[0]].PCI)
-		pod.Memory = []podresources.Memory{{Type: "memory", Bytes: p.mem, NUMANodes: []int{numa}}}
+		pod.Memory = []devices.Memory{{Type: "memory", Bytes: p.mem, NUMANodes: []int{numa}}}
 		kubelet.SetPodResources(pod)
 	}
 	if err := kubelet.Start(); err != nil {

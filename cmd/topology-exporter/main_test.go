@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
-	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
@@ -25,7 +25,7 @@ func TestNoPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubelet := podresourcestest.New(filepath.Join(t.TempDir(), "kubelet.sock"))
-	kubelet.SetAllocatable([]podresources.Device{{Resource: "nvidia.com/gpu", ID: "0000:07:00.0"}})
+	kubelet.SetAllocatable([]devices.Device{{Resource: "nvidia.com/gpu", ID: "0000:07:00.0"}})
 	if err := kubelet.Start(); err != nil {
 		t.Fatal(err)
 	}

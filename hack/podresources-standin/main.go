@@ -14,7 +14,7 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
 	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
-	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
 )
 
@@ -28,9 +28,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
-	var devs []podresources.Device
+	var devs []devices.Device
 	for i := range topo.GPUs {
-		devs = append(devs, podresources.Device{Resource: "nvidia.com/gpu", ID: kubeletsim.GPUID(topo, i)})
+		devs = append(devs, devices.Device{Resource: "nvidia.com/gpu", ID: kubeletsim.GPUID(topo, i)})
 	}
 	srv := podresourcestest.New(*socket)
 	srv.SetAllocatable(devs)

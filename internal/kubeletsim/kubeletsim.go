@@ -36,7 +36,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/dra"
 	"github.com/nicaffinity/nicaffinity/pkg/dra/dratest"
-	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -212,15 +212,15 @@ func (k *Kubelet) publish() {
 	if k.cfg.Policy == DRA {
 		return
 	}
-	var offered []podresources.Device
+	var offered []devices.Device
 	for i, g := range k.cfg.Topology.GPUs {
-		offered = append(offered, podresources.Device{Resource: k.cfg.GPUResource, ID: GPUID(k.cfg.Topology, i), NUMANodes: []int{topology.NUMAOf(g.PCI)}})
+		offered = append(offered, devices.Device{Resource: k.cfg.GPUResource, ID: GPUID(k.cfg.Topology, i), NUMANodes: []int{topology.NUMAOf(g.PCI)}})
 	}
 	if k.cfg.RDMAResource != "" {
-		offered = append(offered, podresources.Device{Resource: k.cfg.RDMAResource, ID: "rdma-shared"})
+		offered = append(offered, devices.Device{Resource: k.cfg.RDMAResource, ID: "rdma-shared"})
 	}
 	for vf := range k.freeVF {
-		offered = append(offered, podresources.Device{Resource: k.cfg.SRIOVResource, ID: vf})
+		offered = append(offered, devices.Device{Resource: k.cfg.SRIOVResource, ID: vf})
 	}
 	k.server.SetAllocatable(offered)
 }
@@ -437,23 +437,23 @@ func (k *Kubelet) planned(pod *corev1.Pod, want int) []*gpuallocator.Device {
 	return out
 }
 
-func (k *Kubelet) devicesOf(pod *corev1.Pod, a Assignment) []podresources.Device {
+func (k *Kubelet) devicesOf(pod *corev1.Pod, a Assignment) []devices.Device {
 	if k.cfg.Policy == DRA {
 		// Claimed devices are no device plugin's: the exporter reads them
 		// from the claims.
 		return nil
 	}
-	var out []podresources.Device
+	var out []devices.Device
 	// The kubelet reports a device's NUMA node in List as in
 	// GetAllocatableResources: the Node zones count held GPUs by it.
 	for _, g := range a.GPUs {
-		out = append(out, podresources.Device{Resource: k.cfg.GPUResource, ID: GPUID(k.cfg.Topology, g), NUMANodes: []int{topology.NUMAOf(k.cfg.Topology.GPUs[g].PCI)}})
+		out = append(out, devices.Device{Resource: k.cfg.GPUResource, ID: GPUID(k.cfg.Topology, g), NUMANodes: []int{topology.NUMAOf(k.cfg.Topology.GPUs[g].PCI)}})
 	}
 	for _, vf := range a.VFs {
-		out = append(out, podresources.Device{Resource: k.cfg.SRIOVResource, ID: vf})
+		out = append(out, devices.Device{Resource: k.cfg.SRIOVResource, ID: vf})
 	}
 	if k.cfg.RDMAResource != "" && podQuantity(pod, k.cfg.RDMAResource) > 0 {
-		out = append(out, podresources.Device{Resource: k.cfg.RDMAResource, ID: "rdma-shared"})
+		out = append(out, devices.Device{Resource: k.cfg.RDMAResource, ID: "rdma-shared"})
 	}
 	return out
 }

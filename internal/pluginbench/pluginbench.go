@@ -19,7 +19,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt/nrttest"
 	"github.com/nicaffinity/nicaffinity/pkg/plugins/nicaffinity"
-	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
@@ -121,10 +121,10 @@ func object(b *testing.B, build func(*sysfstest.Tree), used ...int) *v1alpha2.No
 	if err != nil {
 		b.Fatal(err)
 	}
-	var vfs []podresources.Device
+	var vfs []devices.Device
 	for _, nic := range topo.NICs {
 		for _, vf := range nic.VFs {
-			vfs = append(vfs, podresources.Device{Resource: sriov, ID: vf})
+			vfs = append(vfs, devices.Device{Resource: sriov, ID: vf})
 		}
 	}
 	obj, problems := nrttest.FromTopology("node", topo, vfs, used...)

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 )
 
 // Server is a podresources server.
@@ -23,17 +23,17 @@ type Server struct {
 	Socket string
 
 	mu          sync.Mutex
-	pods        map[string]podresources.Pod
-	allocatable []podresources.Device
+	pods        map[string]devices.Pod
+	allocatable []devices.Device
 	cpus        []int
-	memory      []podresources.Memory
+	memory      []devices.Memory
 	srv         *grpc.Server
 	calls       int
 }
 
 // New returns a stopped server for socket.
 func New(socket string) *Server {
-	return &Server{Socket: socket, pods: map[string]podresources.Pod{}}
+	return &Server{Socket: socket, pods: map[string]devices.Pod{}}
 }
 
 // Start listens on the socket (removing a stale one, as the kubelet does).
@@ -65,32 +65,32 @@ func (s *Server) Stop() {
 }
 
 // SetAllocatable replaces what the node offers.
-func (s *Server) SetAllocatable(devs []podresources.Device) {
+func (s *Server) SetAllocatable(devs []devices.Device) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.allocatable = append([]podresources.Device(nil), devs...)
+	s.allocatable = append([]devices.Device(nil), devs...)
 }
 
 // SetAllocatableCPUsMemory replaces the CPUs and memory the node offers (as
 // the kubelet does with its CPU and memory managers' static policies).
-func (s *Server) SetAllocatableCPUsMemory(cpus []int, mem []podresources.Memory) {
+func (s *Server) SetAllocatableCPUsMemory(cpus []int, mem []devices.Memory) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cpus, s.memory = append([]int(nil), cpus...), append([]podresources.Memory(nil), mem...)
+	s.cpus, s.memory = append([]int(nil), cpus...), append([]devices.Memory(nil), mem...)
 }
 
 // SetPodResources sets everything one pod holds: devices, exclusive CPUs, memory.
-func (s *Server) SetPodResources(p podresources.Pod) {
+func (s *Server) SetPodResources(p devices.Pod) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pods[p.Namespace+"/"+p.Name] = p
 }
 
 // SetPod sets the devices one pod holds (nil devices: a pod without devices).
-func (s *Server) SetPod(namespace, name string, devs []podresources.Device) {
+func (s *Server) SetPod(namespace, name string, devs []devices.Device) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.pods[namespace+"/"+name] = podresources.Pod{Namespace: namespace, Name: name, Devices: append([]podresources.Device(nil), devs...)}
+	s.pods[namespace+"/"+name] = devices.Pod{Namespace: namespace, Name: name, Devices: append([]devices.Device(nil), devs...)}
 }
 
 // DeletePod forgets a pod.
@@ -107,7 +107,7 @@ func (s *Server) Calls() int {
 	return s.calls
 }
 
-func toContainerDevices(devs []podresources.Device) []*podresourcesv1.ContainerDevices {
+func toContainerDevices(devs []devices.Device) []*podresourcesv1.ContainerDevices {
 	var out []*podresourcesv1.ContainerDevices
 	for _, d := range devs {
 		cd := &podresourcesv1.ContainerDevices{ResourceName: d.Resource, DeviceIds: []string{d.ID}}
@@ -158,7 +158,7 @@ func toCPUIDs(cpus []int) []int64 {
 	return out
 }
 
-func toMemory(mem []podresources.Memory) []*podresourcesv1.ContainerMemory {
+func toMemory(mem []devices.Memory) []*podresourcesv1.ContainerMemory {
 	var out []*podresourcesv1.ContainerMemory
 	for _, m := range mem {
 		cm := &podresourcesv1.ContainerMemory{MemoryType: m.Type, Size: uint64(m.Bytes), Topology: &podresourcesv1.TopologyInfo{}}

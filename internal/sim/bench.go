@@ -24,7 +24,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/runenv"
 	"github.com/nicaffinity/nicaffinity/internal/schedulertest"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
-	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
@@ -254,9 +254,9 @@ func populate(ctx context.Context, cp *controlplane.ControlPlane, n int, dir str
 	if err != nil {
 		return err
 	}
-	var offered []podresources.Device
+	var offered []devices.Device
 	for _, g := range topo.GPUs {
-		offered = append(offered, podresources.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address})
+		offered = append(offered, devices.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address})
 	}
 	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("192"), corev1.ResourceMemory: resource.MustParse("2Ti"),
 		corev1.ResourcePods: resource.MustParse("110"), "nvidia.com/gpu": resource.MustParse("8"), "rdma/hca": resource.MustParse("100")}
@@ -270,7 +270,7 @@ func populate(ctx context.Context, cp *controlplane.ControlPlane, n int, dir str
 			defer wg.Done()
 			defer func() { <-sem }()
 			name := fmt.Sprintf("gpu-%05d", i)
-			obj, _ := nrt.Build(nrt.Input{Node: name, Topology: topo, Snapshot: podresources.Snapshot{Allocatable: offered}, Resources: nrt.DefaultResources()})
+			obj, _ := nrt.Build(nrt.Input{Node: name, Topology: topo, Snapshot: devices.Snapshot{Allocatable: offered}, Resources: nrt.DefaultResources()})
 			if _, err := cp.NRT.TopologyV1alpha2().NodeResourceTopologies().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 				errs <- err
 				return

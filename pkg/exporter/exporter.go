@@ -28,6 +28,7 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
@@ -223,15 +224,15 @@ func (e *Exporter) Healthy() error {
 func (e *Exporter) Metrics() *Metrics { return e.metrics }
 
 // Build reads the node once and returns the object it would publish.
-func (e *Exporter) Build(ctx context.Context) (*v1alpha2.NodeResourceTopology, []nrt.Problem, podresources.Snapshot, error) {
+func (e *Exporter) Build(ctx context.Context) (*v1alpha2.NodeResourceTopology, []nrt.Problem, devices.Snapshot, error) {
 	obj, problems, snap, _, err := e.build(ctx)
 	return obj, problems, snap, err
 }
 
-func (e *Exporter) build(ctx context.Context) (*v1alpha2.NodeResourceTopology, []nrt.Problem, podresources.Snapshot, claimed, error) {
+func (e *Exporter) build(ctx context.Context) (*v1alpha2.NodeResourceTopology, []nrt.Problem, devices.Snapshot, claimed, error) {
 	topo, err := e.topology(ctx)
 	if err != nil {
-		return nil, nil, podresources.Snapshot{}, claimed{}, err
+		return nil, nil, devices.Snapshot{}, claimed{}, err
 	}
 	snap, err := e.source.Snapshot(ctx)
 	if err != nil {
@@ -509,7 +510,7 @@ func (e *Exporter) Forget() {
 
 // verifyPods checks what each pod of the node really got: its device-plugin
 // devices from the kubelet's snapshot and its DRA devices from cl.
-func (e *Exporter) verifyPods(ctx context.Context, snap podresources.Snapshot, cl claimed) {
+func (e *Exporter) verifyPods(ctx context.Context, snap devices.Snapshot, cl claimed) {
 	e.mu.Lock()
 	v, lister := e.verifier, e.podLister
 	e.mu.Unlock()
@@ -519,8 +520,8 @@ func (e *Exporter) verifyPods(ctx context.Context, snap podresources.Snapshot, c
 	pods := snap.Pods
 	for key := range cl.byPod {
 		ns, name, _ := strings.Cut(key, "/")
-		if !slices.ContainsFunc(pods, func(p podresources.Pod) bool { return p.Namespace == ns && p.Name == name }) {
-			pods = append(pods, podresources.Pod{Namespace: ns, Name: name})
+		if !slices.ContainsFunc(pods, func(p devices.Pod) bool { return p.Namespace == ns && p.Name == name }) {
+			pods = append(pods, devices.Pod{Namespace: ns, Name: name})
 		}
 	}
 	for _, p := range pods {

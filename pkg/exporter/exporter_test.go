@@ -21,6 +21,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/dra/dratest"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
@@ -48,15 +49,15 @@ func h20(t *testing.T) (discovery.Host, *topology.Topology) {
 	return d, topo
 }
 
-func gpu(topo *topology.Topology, i int) podresources.Device {
-	return podresources.Device{Resource: "nvidia.com/gpu", ID: topo.GPUs[i].PCI.Address}
+func gpu(topo *topology.Topology, i int) devices.Device {
+	return devices.Device{Resource: "nvidia.com/gpu", ID: topo.GPUs[i].PCI.Address}
 }
 
 func TestVerify(t *testing.T) {
 	_, topo := h20(t)
 	v := NewVerifier("n1", topo, nrt.DefaultResources(), []string{"rdma/"}, topology.LevelPXB)
-	hca := podresources.Device{Resource: "rdma/hca", ID: "hca"}
-	vf := podresources.Device{Resource: "openshift.io/sriov_highnet", ID: "0000:b8:00.2"}
+	hca := devices.Device{Resource: "rdma/hca", ID: "hca"}
+	vf := devices.Device{Resource: "openshift.io/sriov_highnet", ID: "0000:b8:00.2"}
 	plan := func(gpus ...string) map[string]string {
 		return map[string]string{annotations.AllocationKey: annotations.Marshal(annotations.Allocation{Node: "n1", GPUs: gpus})}
 	}
@@ -70,24 +71,24 @@ func TestVerify(t *testing.T) {
 		wantRDMA    bool
 		wantProblem string
 	}{
-		{name: "shared RDMA, own switch", pod: PodView{Devices: []podresources.Device{gpu(topo, 0), gpu(topo, 1), hca}},
+		{name: "shared RDMA, own switch", pod: PodView{Devices: []devices.Device{gpu(topo, 0), gpu(topo, 1), hca}},
 			wantLevel: "PIX", wantNICs: []string{"mlx5_0"}, wantAligned: true, wantPlan: "none", wantRDMA: true},
-		{name: "own NICs: one down, one up", pod: PodView{Devices: []podresources.Device{gpu(topo, 2), hca}},
+		{name: "own NICs: one down, one up", pod: PodView{Devices: []devices.Device{gpu(topo, 2), hca}},
 			wantLevel: "PIX", wantNICs: []string{"mlx5_3"}, wantAligned: true, wantPlan: "none", wantRDMA: true},
-		{name: "VF of a far NIC", pod: PodView{Devices: []podresources.Device{gpu(topo, 0), vf}},
+		{name: "VF of a far NIC", pod: PodView{Devices: []devices.Device{gpu(topo, 0), vf}},
 			wantLevel: "SYS", wantNICs: []string{"mlx5_6"}, wantAligned: false, wantPlan: "none", wantRDMA: true},
-		{name: "VF next to the GPU", pod: PodView{Devices: []podresources.Device{gpu(topo, 7), vf}},
+		{name: "VF next to the GPU", pod: PodView{Devices: []devices.Device{gpu(topo, 7), vf}},
 			wantLevel: "PIX", wantNICs: []string{"mlx5_6"}, wantAligned: true, wantPlan: "none", wantRDMA: true},
-		{name: "max-level PIX annotation, NODE reached", pod: PodView{Devices: []podresources.Device{gpu(topo, 4), vf}, Annotations: map[string]string{annotations.MaxLevel: "NODE"}},
+		{name: "max-level PIX annotation, NODE reached", pod: PodView{Devices: []devices.Device{gpu(topo, 4), vf}, Annotations: map[string]string{annotations.MaxLevel: "NODE"}},
 			wantLevel: "NODE", wantNICs: []string{"mlx5_6"}, wantAligned: true, wantPlan: "none", wantRDMA: true},
-		{name: "rdma annotation without a resource", pod: PodView{Devices: []podresources.Device{gpu(topo, 5)}, Annotations: map[string]string{annotations.RDMA: "true"}},
+		{name: "rdma annotation without a resource", pod: PodView{Devices: []devices.Device{gpu(topo, 5)}, Annotations: map[string]string{annotations.RDMA: "true"}},
 			wantLevel: "PIX", wantNICs: []string{"mlx5_4"}, wantAligned: true, wantPlan: "none", wantRDMA: true},
-		{name: "no RDMA", pod: PodView{Devices: []podresources.Device{gpu(topo, 3)}}, wantAligned: true, wantPlan: "none"},
-		{name: "plan matched", pod: PodView{Devices: []podresources.Device{gpu(topo, 0), hca}, Annotations: plan(topo.GPUs[0].PCI.Address)},
+		{name: "no RDMA", pod: PodView{Devices: []devices.Device{gpu(topo, 3)}}, wantAligned: true, wantPlan: "none"},
+		{name: "plan matched", pod: PodView{Devices: []devices.Device{gpu(topo, 0), hca}, Annotations: plan(topo.GPUs[0].PCI.Address)},
 			wantLevel: "PIX", wantNICs: []string{"mlx5_0"}, wantAligned: true, wantPlan: "matched", wantRDMA: true},
-		{name: "plan differs", pod: PodView{Devices: []podresources.Device{gpu(topo, 0), hca}, Annotations: plan(topo.GPUs[1].PCI.Address)},
+		{name: "plan differs", pod: PodView{Devices: []devices.Device{gpu(topo, 0), hca}, Annotations: plan(topo.GPUs[1].PCI.Address)},
 			wantLevel: "PIX", wantNICs: []string{"mlx5_0"}, wantAligned: true, wantPlan: "differs", wantRDMA: true},
-		{name: "unknown GPU ID", pod: PodView{Devices: []podresources.Device{gpu(topo, 0), {Resource: "nvidia.com/gpu", ID: "GPU-ghost"}}},
+		{name: "unknown GPU ID", pod: PodView{Devices: []devices.Device{gpu(topo, 0), {Resource: "nvidia.com/gpu", ID: "GPU-ghost"}}},
 			wantAligned: true, wantPlan: "none", wantProblem: `"GPU-ghost" is no GPU of this node`},
 		{name: "DRA: a GPU and the NIC of its switch", pod: PodView{Claimed: []string{topo.GPUs[0].PCI.Address, nicPCI(topo, "mlx5_0")}},
 			wantLevel: "PIX", wantNICs: []string{"mlx5_0"}, wantAligned: true, wantPlan: "none", wantRDMA: true},
@@ -95,9 +96,9 @@ func TestVerify(t *testing.T) {
 			wantLevel: "SYS", wantNICs: []string{"mlx5_6"}, wantAligned: false, wantPlan: "none", wantRDMA: true},
 		{name: "DRA: a VF next to the GPU, and an NVMe drive", pod: PodView{Claimed: []string{topo.GPUs[7].PCI.Address, "0000:b8:00.2", "0000:e1:00.0"}},
 			wantLevel: "PIX", wantNICs: []string{"mlx5_6"}, wantAligned: true, wantPlan: "none", wantRDMA: true},
-		{name: "DRA GPU, device-plugin VF", pod: PodView{Claimed: []string{topo.GPUs[7].PCI.Address}, Devices: []podresources.Device{vf}},
+		{name: "DRA GPU, device-plugin VF", pod: PodView{Claimed: []string{topo.GPUs[7].PCI.Address}, Devices: []devices.Device{vf}},
 			wantLevel: "PIX", wantNICs: []string{"mlx5_6"}, wantAligned: true, wantPlan: "none", wantRDMA: true},
-		{name: "garbled max-level", pod: PodView{Devices: []podresources.Device{gpu(topo, 0), hca}, Annotations: map[string]string{annotations.MaxLevel: "close"}},
+		{name: "garbled max-level", pod: PodView{Devices: []devices.Device{gpu(topo, 0), hca}, Annotations: map[string]string{annotations.MaxLevel: "close"}},
 			wantLevel: "PIX", wantNICs: []string{"mlx5_0"}, wantAligned: true, wantPlan: "none", wantRDMA: true, wantProblem: "nicaffinity.io/max-level"},
 	}
 	for _, tc := range tests {
@@ -115,7 +116,7 @@ func TestVerify(t *testing.T) {
 			}
 		})
 	}
-	if _, ok := v.Verify(PodView{Devices: []podresources.Device{{Resource: "rdma/hca", ID: "hca"}}}); ok {
+	if _, ok := v.Verify(PodView{Devices: []devices.Device{{Resource: "rdma/hca", ID: "hca"}}}); ok {
 		t.Error("a pod without GPUs was verified")
 	}
 }
@@ -240,7 +241,7 @@ func TestRun(t *testing.T) {
 		}
 	}
 	poll("the first object", func() bool { return available("gpu-0") == "1" && exp.Ready() })
-	kubelet.SetPod("default", "p", []podresources.Device{gpu(topo, 0), {Resource: "rdma/hca", ID: "hca"}})
+	kubelet.SetPod("default", "p", []devices.Device{gpu(topo, 0), {Resource: "rdma/hca", ID: "hca"}})
 	before := testutil.ToFloat64(exp.Metrics().Publishes.WithLabelValues("written"))
 	for i := 0; i < 50; i++ {
 		exp.Trigger()
@@ -300,7 +301,7 @@ func (m *memoryPublisher) last() *v1alpha2.NodeResourceTopology {
 // exporter retries with backoff and publishes without any new trigger.
 func TestRunRetriesRefusedWrites(t *testing.T) {
 	disc, topo := h20(t)
-	_, src := startKubelet(t, []podresources.Device{gpu(topo, 0)})
+	_, src := startKubelet(t, []devices.Device{gpu(topo, 0)})
 	pub := &memoryPublisher{refuse: 3}
 	cfg := DefaultConfig("n1")
 	cfg.MinWriteInterval = 50 * time.Millisecond
@@ -324,7 +325,7 @@ func TestRunRetriesRefusedWrites(t *testing.T) {
 
 // startKubelet serves podresources on a unix socket with devs offered and
 // returns the server and a client of it; both stop with the test.
-func startKubelet(t *testing.T, devs []podresources.Device) (*podresourcestest.Server, *podresources.Client) {
+func startKubelet(t *testing.T, devs []devices.Device) (*podresourcestest.Server, *podresources.Client) {
 	t.Helper()
 	kubelet := podresourcestest.New(filepath.Join(t.TempDir(), "kubelet.sock"))
 	kubelet.SetAllocatable(devs)
@@ -341,8 +342,8 @@ func startKubelet(t *testing.T, devs []podresources.Device) (*podresourcestest.S
 }
 
 // allGPUs is every GPU of topo as the device plugin offers it.
-func allGPUs(topo *topology.Topology) []podresources.Device {
-	var out []podresources.Device
+func allGPUs(topo *topology.Topology) []devices.Device {
+	var out []devices.Device
 	for i := range topo.GPUs {
 		out = append(out, gpu(topo, i))
 	}

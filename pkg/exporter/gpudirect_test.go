@@ -8,7 +8,7 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
-	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
@@ -31,22 +31,22 @@ func TestVerifyGPUDirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := NewVerifier("n1", topo, nrt.DefaultResources(), []string{"rdma/"}, topology.LevelPXB)
-	hca := podresources.Device{Resource: "rdma/hca", ID: "hca"}
+	hca := devices.Device{Resource: "rdma/hca", ID: "hca"}
 	tests := []struct {
 		name string
 		pod  PodView
 		want annotations.Observed
 		msg  string
 	}{
-		{name: "GPU 0: PIX with ACS redirect", pod: PodView{Devices: []podresources.Device{gpu(topo, 0), hca}},
+		{name: "GPU 0: PIX with ACS redirect", pod: PodView{Devices: []devices.Device{gpu(topo, 0), hca}},
 			want: annotations.Observed{GPUs: []annotations.ObservedGPU{{BusID: gpus[0], NIC: "mlx5_0", Level: "PIX"}}, NICs: []string{"mlx5_0"},
 				Level: "PIX", GPUDirect: []string{"ACS redirect on " + port}, Plan: "none"},
 			msg: "not aligned: GPUDirect RDMA impossible (ACS redirect on " + port + ")"},
-		{name: "GPU 0 allowed PHB", pod: PodView{Devices: []podresources.Device{gpu(topo, 0), hca}, Annotations: map[string]string{annotations.MaxLevel: "PHB"}},
+		{name: "GPU 0 allowed PHB", pod: PodView{Devices: []devices.Device{gpu(topo, 0), hca}, Annotations: map[string]string{annotations.MaxLevel: "PHB"}},
 			want: annotations.Observed{GPUs: []annotations.ObservedGPU{{BusID: gpus[0], NIC: "mlx5_0", Level: "PIX"}}, NICs: []string{"mlx5_0"},
 				Level: "PIX", Aligned: true, GPUDirect: []string{"ACS redirect on " + port}, Plan: "none"},
 			msg: "within the pod's max level, but GPUDirect RDMA impossible"},
-		{name: "GPU 1: clean path", pod: PodView{Devices: []podresources.Device{gpu(topo, 1), hca}},
+		{name: "GPU 1: clean path", pod: PodView{Devices: []devices.Device{gpu(topo, 1), hca}},
 			want: annotations.Observed{GPUs: []annotations.ObservedGPU{{BusID: gpus[1], NIC: "mlx5_1", Level: "PIX"}}, NICs: []string{"mlx5_1"},
 				Level: "PIX", Aligned: true, Plan: "none"},
 			msg: "GPUDirect RDMA-capable"},

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
-	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
@@ -33,7 +33,7 @@ func (blockingPublisher) Publish(ctx context.Context, _ *v1alpha2.NodeResourceTo
 // cancellation.
 func TestHealthFollowsSyncs(t *testing.T) {
 	disc, topo := h20(t)
-	_, src := startKubelet(t, []podresources.Device{gpu(topo, 0)})
+	_, src := startKubelet(t, []devices.Device{gpu(topo, 0)})
 	cfg := DefaultConfig("n1")
 	cfg.ResyncPeriod, cfg.SyncTimeout, cfg.MinWriteInterval, cfg.MaxBackoff = time.Minute, 20*time.Millisecond, 10*time.Millisecond, 20*time.Millisecond
 	exp := New(cfg, disc, src, newFakeKube(), blockingPublisher{}, nil)
@@ -69,7 +69,7 @@ func TestHealthFollowsSyncs(t *testing.T) {
 // second discovery beside it.
 func TestRunReturnsWhileDiscoveryHangs(t *testing.T) {
 	_, topo := h20(t)
-	_, src := startKubelet(t, []podresources.Device{gpu(topo, 0)})
+	_, src := startKubelet(t, []devices.Device{gpu(topo, 0)})
 	hang := make(chan struct{})
 	defer close(hang)
 	var calls atomic.Int32
@@ -108,7 +108,7 @@ func testutilCount(exp *Exporter, result string) float64 {
 // decides whether a sync writes, and the resync's Forget renews it.
 func TestHeartbeat(t *testing.T) {
 	disc, topo := h20(t)
-	_, src := startKubelet(t, []podresources.Device{gpu(topo, 0)})
+	_, src := startKubelet(t, []devices.Device{gpu(topo, 0)})
 	pub := &memoryPublisher{}
 	exp := New(DefaultConfig("n1"), disc, src, newFakeKube(), pub, nil)
 	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -156,7 +156,7 @@ func FuzzVerify(f *testing.F) {
 	f.Fuzz(func(t *testing.T, res1, id1, res2, id2, plan, level, rdma string) {
 		start := time.Now()
 		v.Verify(PodView{Namespace: "d", Name: "p",
-			Devices:     []podresources.Device{{Resource: res1, ID: id1}, {Resource: res2, ID: id2}},
+			Devices:     []devices.Device{{Resource: res1, ID: id1}, {Resource: res2, ID: id2}},
 			Annotations: map[string]string{"nicaffinity.io/allocation": plan, "nicaffinity.io/max-level": level, "nicaffinity.io/rdma": rdma}})
 		if took := time.Since(start); took > time.Second {
 			t.Fatalf("Verify took %s", took)

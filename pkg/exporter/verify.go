@@ -8,7 +8,7 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
-	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -17,7 +17,7 @@ import (
 // and its annotations from the apiserver.
 type PodView struct {
 	Namespace, Name string
-	Devices         []podresources.Device
+	Devices         []devices.Device
 	Claimed         []string
 	Annotations     map[string]string
 }

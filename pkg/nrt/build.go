@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -21,7 +21,7 @@ import (
 type Input struct {
 	Node     string
 	Topology *topology.Topology
-	Snapshot podresources.Snapshot
+	Snapshot devices.Snapshot
 	// Claimed are the PCI addresses of devices that pods hold through DRA
 	// ResourceClaims: where the device plugins offer the same devices,
 	// these are not free.
@@ -360,7 +360,7 @@ func nicState(n topology.NIC) string {
 
 // Fingerprint is the pod-set fingerprint (podfingerprint, method "all") of
 // the pods the kubelet reports.
-func Fingerprint(pods []podresources.Pod) string {
+func Fingerprint(pods []devices.Pod) string {
 	fp := podfingerprint.NewFingerprint(len(pods))
 	for _, p := range pods {
 		_ = fp.Add(p.Namespace, p.Name)
@@ -393,7 +393,7 @@ func resourceInfo(name string, capacity, allocatable, available int64) v1alpha2.
 // A device the kubelet reports on no NUMA node is in no zone: the plugin
 // then treats it as a node-level resource, as it does with the Resource
 // Topology Exporter's object.
-func numaZones(t *topology.Topology, snap podresources.Snapshot) ([]v1alpha2.Zone, []Problem) {
+func numaZones(t *topology.Topology, snap devices.Snapshot) ([]v1alpha2.Zone, []Problem) {
 	var problems []Problem
 	numaOfCPU := map[int]int{}
 	capacity := map[int]map[string]int64{}
@@ -427,7 +427,7 @@ func numaZones(t *topology.Topology, snap podresources.Snapshot) ([]v1alpha2.Zon
 	for _, n := range t.NICs {
 		numas[topology.NUMAOf(n.PCI)] = true
 	}
-	count := func(m map[int]map[string]int64, devs []podresources.Device, cpus []int, mem []podresources.Memory) {
+	count := func(m map[int]map[string]int64, devs []devices.Device, cpus []int, mem []devices.Memory) {
 		for _, d := range devs {
 			for _, numa := range d.NUMANodes {
 				set(m, numa, d.Resource, 1)

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	goldenfile "github.com/nicaffinity/nicaffinity/internal/golden"
-	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
@@ -54,13 +54,13 @@ func h100(t *testing.T, mutate func(*sysfstest.Tree)) *topology.Topology {
 	return topo
 }
 
-func gpuDevices(topo *topology.Topology, skip ...int) []podresources.Device {
-	var out []podresources.Device
+func gpuDevices(topo *topology.Topology, skip ...int) []devices.Device {
+	var out []devices.Device
 	for i, g := range topo.GPUs {
 		if contains(skip, i) {
 			continue
 		}
-		out = append(out, podresources.Device{Resource: "nvidia.com/gpu", ID: g.UUID, NUMANodes: []int{topology.NUMAOf(g.PCI)}})
+		out = append(out, devices.Device{Resource: "nvidia.com/gpu", ID: g.UUID, NUMANodes: []int{topology.NUMAOf(g.PCI)}})
 	}
 	return out
 }
@@ -119,13 +119,13 @@ func TestBuildHGXH100(t *testing.T) {
 	topo := h100(t, func(tree *sysfstest.Tree) {
 		tree.WriteFile("class/infiniband/mlx5_6/ports/1/state", "1: DOWN")
 	})
-	snap := podresources.Snapshot{
-		Pods: []podresources.Pod{
-			{Namespace: "team-a", Name: "train-0", Devices: []podresources.Device{{Resource: "nvidia.com/gpu", ID: "GPU-h100-0", NUMANodes: []int{0}}, {Resource: "rdma/hca", ID: "hca", NUMANodes: []int{0}}}},
-			{Namespace: "team-b", Name: "stale", Devices: []podresources.Device{{Resource: "nvidia.com/gpu", ID: "GPU-gone"}}},
+	snap := devices.Snapshot{
+		Pods: []devices.Pod{
+			{Namespace: "team-a", Name: "train-0", Devices: []devices.Device{{Resource: "nvidia.com/gpu", ID: "GPU-h100-0", NUMANodes: []int{0}}, {Resource: "rdma/hca", ID: "hca", NUMANodes: []int{0}}}},
+			{Namespace: "team-b", Name: "stale", Devices: []devices.Device{{Resource: "nvidia.com/gpu", ID: "GPU-gone"}}},
 			{Namespace: "kube-system", Name: "exporter"},
 		},
-		Allocatable: append(gpuDevices(topo, 5), podresources.Device{Resource: "rdma/hca", ID: "hca", NUMANodes: []int{0}}),
+		Allocatable: append(gpuDevices(topo, 5), devices.Device{Resource: "rdma/hca", ID: "hca", NUMANodes: []int{0}}),
 	}
 	obj, problems := Build(Input{Node: "node-a", Topology: topo, Snapshot: snap, Resources: DefaultResources()})
 
@@ -213,7 +213,7 @@ func TestBuildDRAPublishedGPUs(t *testing.T) {
 func TestBuildGolden(t *testing.T) {
 	topo := h100(t, nil)
 	obj, problems := Build(Input{Node: "gpu-node-1", Topology: topo, Resources: DefaultResources(),
-		Snapshot: podresources.Snapshot{Allocatable: gpuDevices(topo)}})
+		Snapshot: devices.Snapshot{Allocatable: gpuDevices(topo)}})
 	if len(problems) != 0 {
 		t.Errorf("problems on a healthy node: %v", problems)
 	}
@@ -247,13 +247,13 @@ func TestBuildSRIOV(t *testing.T) {
 		t.Fatal(err)
 	}
 	const vfRes = "openshift.io/sriov_highnet"
-	snap := podresources.Snapshot{
-		Allocatable: []podresources.Device{
+	snap := devices.Snapshot{
+		Allocatable: []devices.Device{
 			{Resource: "nvidia.com/gpu", ID: "0000:03:00.0"},
 			{Resource: vfRes, ID: "0000:04:00.2", NUMANodes: []int{0}}, {Resource: vfRes, ID: "0000:04:00.3", NUMANodes: []int{0}}, {Resource: vfRes, ID: "0000:04:00.4", NUMANodes: []int{0}},
 			{Resource: vfRes, ID: "0000:99:00.1"},
 		},
-		Pods: []podresources.Pod{{Namespace: "a", Name: "p", Devices: []podresources.Device{{Resource: "nvidia.com/gpu", ID: "0000:03:00.0"}, {Resource: vfRes, ID: "0000:04:00.3", NUMANodes: []int{0}}}}},
+		Pods: []devices.Pod{{Namespace: "a", Name: "p", Devices: []devices.Device{{Resource: "nvidia.com/gpu", ID: "0000:03:00.0"}, {Resource: vfRes, ID: "0000:04:00.3", NUMANodes: []int{0}}}}},
 	}
 	obj, problems := Build(Input{Node: "n", Topology: topo, Snapshot: snap, Resources: DefaultResources()})
 	if got := res(zone(t, obj, "nic-mlx5_0"), vfRes); got != "3/3/2" {
@@ -280,23 +280,23 @@ func TestNUMAZones(t *testing.T) {
 		{ID: 1, CPUs: "4-7,12-15", Distances: []int{21, 10}, MemoryBytes: 64 * gib},
 		{ID: 2, CPUs: "", Distances: []int{30, 30, 10}}, // a memory-only node (CXL)
 	}}
-	snap := podresources.Snapshot{
+	snap := devices.Snapshot{
 		// CPUs 0 and 4 are reserved for the system: not allocatable.
 		AllocatableCPUs: []int{1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
-		AllocatableMemory: []podresources.Memory{
+		AllocatableMemory: []devices.Memory{
 			{Type: "memory", Bytes: 62 * gib, NUMANodes: []int{0}},
 			{Type: "memory", Bytes: 63 * gib, NUMANodes: []int{1}},
 			{Type: "hugepages-1Gi", Bytes: 4 * gib, NUMANodes: []int{0}},
 		},
-		Allocatable: []podresources.Device{
+		Allocatable: []devices.Device{
 			{Resource: "nvidia.com/gpu", ID: "GPU-0", NUMANodes: []int{0}},
 			{Resource: "nvidia.com/gpu", ID: "GPU-1", NUMANodes: []int{1}},
 			{Resource: "example.com/no-numa", ID: "x"},
 		},
-		Pods: []podresources.Pod{
-			{Namespace: "a", Name: "guaranteed", CPUs: []int{1, 2}, Devices: []podresources.Device{{Resource: "nvidia.com/gpu", ID: "GPU-0", NUMANodes: []int{0}}},
-				Memory: []podresources.Memory{{Type: "memory", Bytes: 8 * gib, NUMANodes: []int{0}}, {Type: "hugepages-1Gi", Bytes: 2 * gib, NUMANodes: []int{0}}}},
-			{Namespace: "a", Name: "spread", CPUs: []int{5}, Memory: []podresources.Memory{{Type: "memory", Bytes: 70 * gib, NUMANodes: []int{0, 1}}}},
+		Pods: []devices.Pod{
+			{Namespace: "a", Name: "guaranteed", CPUs: []int{1, 2}, Devices: []devices.Device{{Resource: "nvidia.com/gpu", ID: "GPU-0", NUMANodes: []int{0}}},
+				Memory: []devices.Memory{{Type: "memory", Bytes: 8 * gib, NUMANodes: []int{0}}, {Type: "hugepages-1Gi", Bytes: 2 * gib, NUMANodes: []int{0}}}},
+			{Namespace: "a", Name: "spread", CPUs: []int{5}, Memory: []devices.Memory{{Type: "memory", Bytes: 70 * gib, NUMANodes: []int{0, 1}}}},
 		},
 	}
 	// Quantities are in bytes, DecimalSI, as the Resource Topology Exporter writes them.

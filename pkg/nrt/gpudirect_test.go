@@ -7,7 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 
-	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
@@ -18,7 +18,7 @@ import (
 // blocked paths with their reasons.
 func TestBuildGPUDirect(t *testing.T) {
 	topo := h100(t, sysfstest.ReadyHGXH100("acs-redirect", "no-peermem", "roce-no-v2-gid"))
-	snap := podresources.Snapshot{Allocatable: gpuDevices(topo)}
+	snap := devices.Snapshot{Allocatable: gpuDevices(topo)}
 	obj, problems := Build(Input{Node: "n", Topology: topo, Snapshot: snap, Resources: DefaultResources()})
 
 	attrs := map[string]string{}

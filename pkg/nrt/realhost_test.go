@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
-	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/nvmlgpu"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/nvmlgpu/nvmltest"
@@ -45,13 +45,13 @@ func TestRealHostObject(t *testing.T) {
 	if len(topo.GPUs) != 2 {
 		t.Fatalf("%d GPUs, want 2", len(topo.GPUs))
 	}
-	var snap podresources.Snapshot
+	var snap devices.Snapshot
 	for i := range topo.GPUs {
 		if topo.GPUs[i].PCI.Address != busIDs[i] {
 			t.Fatalf("GPU %d at %s, want %s", i, topo.GPUs[i].PCI.Address, busIDs[i])
 		}
 		topo.GPUs[i].UUID = uuids[i] // the mock's UUIDs are its own
-		snap.Allocatable = append(snap.Allocatable, podresources.Device{Resource: "nvidia.com/gpu", ID: uuids[i]})
+		snap.Allocatable = append(snap.Allocatable, devices.Device{Resource: "nvidia.com/gpu", ID: uuids[i]})
 	}
 	got, problems := nrt.Build(nrt.Input{Node: "h200x2-vm", Topology: topo, Snapshot: snap, Resources: nrt.DefaultResources(),
 		TopologyManagerPolicy: "none", TopologyManagerScope: "container"})

@@ -1,6 +1,6 @@
 // Package podresources reads what the kubelet handed out to pods, over its
 // podresources gRPC API (k8s.io/kubelet/pkg/apis/podresources/v1) on a unix
-// socket, into a Snapshot the exporter works from.
+// socket, into a devices.Snapshot (pkg/devices) the exporter works from.
 package podresources
 
 import (
@@ -14,59 +14,16 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 )
 
 // DefaultSocket is where the kubelet serves the API.
 const DefaultSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
-// Device is one device of a device-plugin resource.
-type Device struct {
-	Resource string `json:"resource"`
-	// ID as the device plugin names it: a GPU UUID for the NVIDIA plugin, a
-	// VF PCI address for the SR-IOV plugin.
-	ID string `json:"id"`
-	// NUMANodes the kubelet reports for the device (may be empty).
-	NUMANodes []int `json:"numaNodes,omitempty"`
-}
-
-// Memory is a block of memory or huge pages on NUMA nodes, as the kubelet's
-// memory manager reports it (static policy only; none reports nothing).
-type Memory struct {
-	// Type is the resource: "memory" or "hugepages-<size>".
-	Type      string `json:"type"`
-	Bytes     int64  `json:"bytes"`
-	NUMANodes []int  `json:"numaNodes,omitempty"`
-}
-
-// Pod is one pod and every device its containers hold.
-type Pod struct {
-	Namespace string   `json:"namespace"`
-	Name      string   `json:"name"`
-	Devices   []Device `json:"devices,omitempty"`
-	// CPUs are the exclusive CPUs of its containers (CPU manager static
-	// policy; shared-pool CPUs are not reported), sorted, without repeats.
-	CPUs []int `json:"cpus,omitempty"`
-	// Memory are its containers' memory blocks (memory manager static policy).
-	Memory []Memory `json:"memory,omitempty"`
-}
-
-// Snapshot is one reading of the node.
-type Snapshot struct {
-	// Pods are every pod the kubelet knows, with or without devices.
-	Pods []Pod `json:"pods"`
-	// Allocatable are the devices the kubelet may hand out (healthy ones).
-	Allocatable []Device `json:"allocatable"`
-	// AllocatableCPUs are the CPUs the CPU manager may hand out exclusively
-	// (empty under its none policy), sorted.
-	AllocatableCPUs []int `json:"allocatableCPUs,omitempty"`
-	// AllocatableMemory is what the memory manager may hand out (empty
-	// unless its policy is static).
-	AllocatableMemory []Memory `json:"allocatableMemory,omitempty"`
-}
-
 // Source reads snapshots; the exporter holds one.
 type Source interface {
-	Snapshot(ctx context.Context) (Snapshot, error)
+	Snapshot(ctx context.Context) (devices.Snapshot, error)
 }
 
 // Client talks to the kubelet.
@@ -92,16 +49,16 @@ func Dial(socket string, timeout time.Duration) (*Client, error) {
 func (c *Client) Close() error { return c.conn.Close() }
 
 // Snapshot calls List and GetAllocatableResources.
-func (c *Client) Snapshot(ctx context.Context) (Snapshot, error) {
+func (c *Client) Snapshot(ctx context.Context) (devices.Snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	list, err := c.lister.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("podresources List: %w", err)
+		return devices.Snapshot{}, fmt.Errorf("podresources List: %w", err)
 	}
 	alloc, err := c.lister.GetAllocatableResources(ctx, &podresourcesv1.AllocatableResourcesRequest{})
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("podresources GetAllocatableResources: %w", err)
+		return devices.Snapshot{}, fmt.Errorf("podresources GetAllocatableResources: %w", err)
 	}
 	return FromResponses(list, alloc)
 }
@@ -109,8 +66,8 @@ func (c *Client) Snapshot(ctx context.Context) (Snapshot, error) {
 // FromResponses turns the kubelet's answers into a Snapshot. Devices of all
 // containers of a pod are merged; a pod listed twice is merged too. Errors name
 // the pod and container.
-func FromResponses(list *podresourcesv1.ListPodResourcesResponse, alloc *podresourcesv1.AllocatableResourcesResponse) (Snapshot, error) {
-	var s Snapshot
+func FromResponses(list *podresourcesv1.ListPodResourcesResponse, alloc *podresourcesv1.AllocatableResourcesResponse) (devices.Snapshot, error) {
+	var s devices.Snapshot
 	if list == nil || alloc == nil {
 		return s, fmt.Errorf("podresources: empty response")
 	}
@@ -127,13 +84,13 @@ func FromResponses(list *podresourcesv1.ListPodResourcesResponse, alloc *podreso
 		if !seen {
 			idx = len(s.Pods)
 			byKey[key] = idx
-			s.Pods = append(s.Pods, Pod{Namespace: p.GetNamespace(), Name: p.GetName()})
+			s.Pods = append(s.Pods, devices.Pod{Namespace: p.GetNamespace(), Name: p.GetName()})
 		}
 		for _, c := range p.GetContainers() {
 			if c == nil {
 				continue
 			}
-			devs, err := devices(c.GetDevices())
+			devs, err := containerDevices(c.GetDevices())
 			if err != nil {
 				return s, fmt.Errorf("podresources List: pod %s container %q: %w", key, c.GetName(), err)
 			}
@@ -152,7 +109,7 @@ func FromResponses(list *podresourcesv1.ListPodResourcesResponse, alloc *podreso
 		s.Pods[idx].Devices = dedupe(s.Pods[idx].Devices)
 		s.Pods[idx].CPUs = dedupeInts(s.Pods[idx].CPUs)
 	}
-	devs, err := devices(alloc.GetDevices())
+	devs, err := containerDevices(alloc.GetDevices())
 	if err != nil {
 		return s, fmt.Errorf("podresources GetAllocatableResources: %w", err)
 	}
@@ -171,8 +128,8 @@ func FromResponses(list *podresourcesv1.ListPodResourcesResponse, alloc *podreso
 	return s, nil
 }
 
-func devices(in []*podresourcesv1.ContainerDevices) ([]Device, error) {
-	var out []Device
+func containerDevices(in []*podresourcesv1.ContainerDevices) ([]devices.Device, error) {
+	var out []devices.Device
 	for _, d := range in {
 		if d == nil {
 			continue
@@ -188,7 +145,7 @@ func devices(in []*podresourcesv1.ContainerDevices) ([]Device, error) {
 			if id == "" {
 				return nil, fmt.Errorf("resource %s has an empty device ID", d.GetResourceName())
 			}
-			out = append(out, Device{Resource: d.GetResourceName(), ID: id, NUMANodes: numa})
+			out = append(out, devices.Device{Resource: d.GetResourceName(), ID: id, NUMANodes: numa})
 		}
 	}
 	return out, nil
@@ -209,8 +166,8 @@ func cpuIDs(in []int64) ([]int, error) {
 	return out, nil
 }
 
-func memory(in []*podresourcesv1.ContainerMemory) ([]Memory, error) {
-	var out []Memory
+func memory(in []*podresourcesv1.ContainerMemory) ([]devices.Memory, error) {
+	var out []devices.Memory
 	for _, m := range in {
 		if m == nil || m.GetSize() == 0 {
 			continue
@@ -225,7 +182,7 @@ func memory(in []*podresourcesv1.ContainerMemory) ([]Memory, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s block: %w", m.GetMemoryType(), err)
 		}
-		out = append(out, Memory{Type: m.GetMemoryType(), Bytes: int64(m.GetSize()), NUMANodes: numa})
+		out = append(out, devices.Memory{Type: m.GetMemoryType(), Bytes: int64(m.GetSize()), NUMANodes: numa})
 	}
 	return out, nil
 }
@@ -253,7 +210,7 @@ func dedupeInts(in []int) []int {
 }
 
 // dedupe sorts devices and drops repeats (a device shared by two containers).
-func dedupe(in []Device) []Device {
+func dedupe(in []devices.Device) []devices.Device {
 	sort.SliceStable(in, func(i, j int) bool {
 		if in[i].Resource != in[j].Resource {
 			return in[i].Resource < in[j].Resource
@@ -266,17 +223,6 @@ func dedupe(in []Device) []Device {
 			continue
 		}
 		out = append(out, d)
-	}
-	return out
-}
-
-// IDs returns the device IDs of one resource.
-func IDs(devs []Device, resource string) []string {
-	var out []string
-	for _, d := range devs {
-		if d.Resource == resource {
-			out = append(out, d.ID)
-		}
 	}
 	return out
 }

@@ -1,6 +1,8 @@
 package podresources
 
 import (
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
+
 	"strings"
 	"testing"
 
@@ -44,19 +46,19 @@ func TestFromResponses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Snapshot{
-		Pods: []Pod{
+	want := devices.Snapshot{
+		Pods: []devices.Pod{
 			{Namespace: "ns", Name: "a"},
-			{Namespace: "ns", Name: "b", Devices: []Device{
+			{Namespace: "ns", Name: "b", Devices: []devices.Device{
 				{Resource: "nvidia.com/gpu", ID: "GPU-1", NUMANodes: []int{1}},
 				{Resource: "nvidia.com/gpu", ID: "GPU-2", NUMANodes: []int{1}},
 				{Resource: "openshift.io/sriov_highnet", ID: "0000:04:00.2"},
 				{Resource: "rdma/hca", ID: "hca"},
-			}, CPUs: []int{4, 5}, Memory: []Memory{{Type: "memory", Bytes: 1 << 30, NUMANodes: []int{1}}}},
+			}, CPUs: []int{4, 5}, Memory: []devices.Memory{{Type: "memory", Bytes: 1 << 30, NUMANodes: []int{1}}}},
 		},
-		Allocatable:       []Device{{Resource: "nvidia.com/gpu", ID: "GPU-1", NUMANodes: []int{0}}, {Resource: "nvidia.com/gpu", ID: "GPU-2", NUMANodes: []int{0}}},
+		Allocatable:       []devices.Device{{Resource: "nvidia.com/gpu", ID: "GPU-1", NUMANodes: []int{0}}, {Resource: "nvidia.com/gpu", ID: "GPU-2", NUMANodes: []int{0}}},
 		AllocatableCPUs:   []int{4, 5, 6, 7},
-		AllocatableMemory: []Memory{{Type: "memory", Bytes: 4 << 30, NUMANodes: []int{0, 1}}},
+		AllocatableMemory: []devices.Memory{{Type: "memory", Bytes: 4 << 30, NUMANodes: []int{0, 1}}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want,+got):\n%s", diff)

@@ -20,7 +20,7 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
-	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
@@ -60,9 +60,9 @@ func startExporterBinary(tb testing.TB, cp *controlplane.ControlPlane, bin strin
 		tb.Fatal(err)
 	}
 	kubelet := podresourcestest.New(filepath.Join(dir, "kubelet.sock"))
-	var offered []podresources.Device
+	var offered []devices.Device
 	for _, g := range topo.GPUs {
-		offered = append(offered, podresources.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address, NUMANodes: []int{topology.NUMAOf(g.PCI)}})
+		offered = append(offered, devices.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address, NUMANodes: []int{topology.NUMAOf(g.PCI)}})
 	}
 	kubelet.SetAllocatable(offered)
 	if err := kubelet.Start(); err != nil {

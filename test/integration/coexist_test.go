@@ -20,6 +20,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
 	"github.com/nicaffinity/nicaffinity/pkg/exporter"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
@@ -201,9 +202,9 @@ func runExporter(t *testing.T, ctx context.Context, cp *controlplane.ControlPlan
 		t.Fatal(err)
 	}
 	kubelet := podresourcestest.New(filepath.Join(t.TempDir(), "kubelet.sock"))
-	var offered []podresources.Device
+	var offered []devices.Device
 	for _, g := range topo.GPUs {
-		offered = append(offered, podresources.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address, NUMANodes: []int{topology.NUMAOf(g.PCI)}})
+		offered = append(offered, devices.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address, NUMANodes: []int{topology.NUMAOf(g.PCI)}})
 	}
 	kubelet.SetAllocatable(offered)
 	var cpus []int
@@ -212,13 +213,13 @@ func runExporter(t *testing.T, ctx context.Context, cp *controlplane.ControlPlan
 			cpus = append(cpus, c)
 		}
 	}
-	kubelet.SetAllocatableCPUsMemory(cpus, []podresources.Memory{
+	kubelet.SetAllocatableCPUsMemory(cpus, []devices.Memory{
 		{Type: "memory", Bytes: 268000000000, NUMANodes: []int{0}},
 		{Type: "memory", Bytes: 268000000000, NUMANodes: []int{1}},
 	})
-	kubelet.SetPodResources(podresources.Pod{Namespace: "default", Name: "guaranteed", CPUs: []int{1, 2},
-		Devices: []podresources.Device{{Resource: "nvidia.com/gpu", ID: topo.GPUs[0].PCI.Address, NUMANodes: []int{0}}},
-		Memory:  []podresources.Memory{{Type: "memory", Bytes: 8000000000, NUMANodes: []int{0}}}})
+	kubelet.SetPodResources(devices.Pod{Namespace: "default", Name: "guaranteed", CPUs: []int{1, 2},
+		Devices: []devices.Device{{Resource: "nvidia.com/gpu", ID: topo.GPUs[0].PCI.Address, NUMANodes: []int{0}}},
+		Memory:  []devices.Memory{{Type: "memory", Bytes: 8000000000, NUMANodes: []int{0}}}})
 	if err := kubelet.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/exporter"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
@@ -51,11 +52,11 @@ func startExporter(t *testing.T, resync time.Duration) *exporterEnv {
 		t.Fatal(err)
 	}
 	env.kubelet = podresourcestest.New(filepath.Join(t.TempDir(), "kubelet.sock"))
-	var offered []podresources.Device
+	var offered []devices.Device
 	for _, g := range env.topo.GPUs {
-		offered = append(offered, podresources.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address, NUMANodes: []int{topology.NUMAOf(g.PCI)}})
+		offered = append(offered, devices.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address, NUMANodes: []int{topology.NUMAOf(g.PCI)}})
 	}
-	offered = append(offered, podresources.Device{Resource: "rdma/hca", ID: "hca"})
+	offered = append(offered, devices.Device{Resource: "rdma/hca", ID: "hca"})
 	env.kubelet.SetAllocatable(offered)
 	if err := env.kubelet.Start(); err != nil {
 		t.Fatal(err)
@@ -132,9 +133,9 @@ func gpuPod(t *testing.T, env *exporterEnv, name string, gpus ...int) {
 	if _, err := env.cp.Kube.CoreV1().Pods("default").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	devs := []podresources.Device{{Resource: "rdma/hca", ID: "hca"}}
+	devs := []devices.Device{{Resource: "rdma/hca", ID: "hca"}}
 	for _, g := range gpus {
-		devs = append(devs, podresources.Device{Resource: "nvidia.com/gpu", ID: env.topo.GPUs[g].PCI.Address, NUMANodes: []int{topology.NUMAOf(env.topo.GPUs[g].PCI)}})
+		devs = append(devs, devices.Device{Resource: "nvidia.com/gpu", ID: env.topo.GPUs[g].PCI.Address, NUMANodes: []int{topology.NUMAOf(env.topo.GPUs[g].PCI)}})
 	}
 	env.kubelet.SetPod("default", name, devs)
 }

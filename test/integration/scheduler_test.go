@@ -17,7 +17,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt/nrttest"
-	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
@@ -134,11 +134,11 @@ func TestSchedulerPlacesNextToNICs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var offered []podresources.Device
+	var offered []devices.Device
 	for _, g := range topo.GPUs {
-		offered = append(offered, podresources.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address})
+		offered = append(offered, devices.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address})
 	}
-	obj, _ := nrt.Build(nrt.Input{Node: "h100", Topology: topo, Snapshot: podresources.Snapshot{Allocatable: offered}, Resources: nrt.DefaultResources()})
+	obj, _ := nrt.Build(nrt.Input{Node: "h100", Topology: topo, Snapshot: devices.Snapshot{Allocatable: offered}, Resources: nrt.DefaultResources()})
 	createNRT(t, cp, obj)
 	gpuNode(t, cp, "h100")
 	if got := waitBound(t, cp, "five-pix").Spec.NodeName; got != "h100" {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt/nrttest"
-	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
@@ -27,7 +27,7 @@ func machineNRT(t testing.TB, node string, build func(*sysfstest.Tree), used ...
 	return buildNRT(node, topo, nil, used...)
 }
 
-func buildNRT(node string, topo *topology.Topology, extra []podresources.Device, used ...int) *v1alpha2.NodeResourceTopology {
+func buildNRT(node string, topo *topology.Topology, extra []devices.Device, used ...int) *v1alpha2.NodeResourceTopology {
 	obj, _ := nrttest.FromTopology(node, topo, extra, used...)
 	obj.Generation = 7
 	return obj

@@ -22,7 +22,7 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
-	"github.com/nicaffinity/nicaffinity/pkg/podresources"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
@@ -153,8 +153,8 @@ func sriovNRTFor(t testing.TB, freeVFs0, freeVFs6 int) *v1alpha2.NodeResourceTop
 	tree := sysfstest.New(t.TempDir())
 	sysfstest.H20(tree)
 	const res = "openshift.io/sriov_highnet"
-	var extra []podresources.Device
-	used := podresources.Pod{Namespace: "o", Name: "vf-holder"}
+	var extra []devices.Device
+	used := devices.Pod{Namespace: "o", Name: "vf-holder"}
 	for _, pf := range []struct {
 		path, bus  string
 		free, numa int
@@ -167,7 +167,7 @@ func sriovNRTFor(t testing.TB, freeVFs0, freeVFs6 int) *v1alpha2.NodeResourceTop
 			vf := pf.path + "." + string(rune('0'+f))
 			tree.PCI(vf, sysfstest.Func{Vendor: sysfstest.VendorMellanox, Device: 0x101e, Class: sysfstest.ClassEther, NUMA: pf.numa})
 			vfs = append(vfs, vf)
-			d := podresources.Device{Resource: res, ID: pf.bus + "." + string(rune('0'+f))}
+			d := devices.Device{Resource: res, ID: pf.bus + "." + string(rune('0'+f))}
 			extra = append(extra, d)
 			if f-2 >= pf.free {
 				used.Devices = append(used.Devices, d)
@@ -182,9 +182,9 @@ func sriovNRTFor(t testing.TB, freeVFs0, freeVFs6 int) *v1alpha2.NodeResourceTop
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap := podresources.Snapshot{Allocatable: extra, Pods: []podresources.Pod{used}}
+	snap := devices.Snapshot{Allocatable: extra, Pods: []devices.Pod{used}}
 	for _, g := range topo.GPUs {
-		snap.Allocatable = append(snap.Allocatable, podresources.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address})
+		snap.Allocatable = append(snap.Allocatable, devices.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address})
 	}
 	obj, _ := nrt.Build(nrt.Input{Node: "h20", Topology: topo, Snapshot: snap, Resources: nrt.DefaultResources()})
 	return obj
