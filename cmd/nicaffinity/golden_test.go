@@ -11,7 +11,6 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/golden"
 )
 
-
 // TestCLIGolden is the gate for refactors that must change nothing users
 // see: `topo` (text and JSON) of every built-in machine and bundled
 // profile, `topo --dra` and `dra claims` of every machine, each output

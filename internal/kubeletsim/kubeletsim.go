@@ -34,9 +34,9 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
 	"github.com/nicaffinity/nicaffinity/pkg/allocproxy"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/dra"
 	"github.com/nicaffinity/nicaffinity/pkg/dra/dratest"
-	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 

@@ -17,9 +17,9 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt/nrttest"
 	"github.com/nicaffinity/nicaffinity/pkg/plugins/nicaffinity"
-	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 

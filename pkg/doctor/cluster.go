@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	podreq "github.com/nicaffinity/nicaffinity/pkg/request"
 )
 
 // Cluster layers.
@@ -60,6 +61,14 @@ func DefaultClusterOptions() ClusterOptions {
 		LeaseNamespace: "nicaffinity-system", LeaseName: "nicaffinity-scheduler",
 		MaxAge: 5 * time.Minute,
 	}
+}
+
+// RequestConfig reads pods as the plugin with its default level and policy
+// does, with these resource names (pkg/request).
+func (o ClusterOptions) RequestConfig() podreq.Config {
+	c := podreq.Default(o.SRIOV)
+	c.GPUResource, c.RDMAPrefixes = o.GPUResource, o.RDMAPrefixes
+	return c
 }
 
 func (o ClusterOptions) isNIC(res corev1.ResourceName) bool {

@@ -1,6 +1,9 @@
 package doctor
 
 import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"strings"
 	"testing"
 
@@ -97,5 +100,37 @@ func TestNodeChecks(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPodRequestCheck: doctor pod says what the plugin reads of the pod,
+// through the plugin's reader, and fails a pod whose annotation the plugin
+// refuses.
+func TestPodRequestCheck(t *testing.T) {
+	mk := func(ann map[string]string) PodState {
+		// As the apiserver stores it: requests of extended resources
+		// default to their limits.
+		res := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2"), "openshift.io/sriov_highnet": resource.MustParse("2")}
+		return PodState{SchedulerName: "nicaffinity-scheduler", Pod: &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "ml", Annotations: ann},
+			Spec: corev1.PodSpec{SchedulerName: "nicaffinity-scheduler", Containers: []corev1.Container{{Name: "c",
+				Resources: corev1.ResourceRequirements{Limits: res, Requests: res}}}}}}
+	}
+	check := func(r Report) Check {
+		for _, c := range r.Checks {
+			if c.Name == "request" {
+				return c
+			}
+		}
+		t.Fatal("no request check")
+		return Check{}
+	}
+	o := DefaultClusterOptions()
+	if c := check(Pod(mk(map[string]string{"nicaffinity.io/policy": "preferred"}), o)); c.Status != Info ||
+		c.Detail != "2 GPUs, each with a NIC at PXB or closer (preferred), 2 VFs of openshift.io/sriov_highnet" {
+		t.Errorf("VF pod: %+v", c)
+	}
+	if c := check(Pod(mk(map[string]string{"nicaffinity.io/max-level": "CLOSE"}), o)); c.Status != Fail || !strings.Contains(c.Detail, "nicaffinity.io/max-level") {
+		t.Errorf("bad level: %+v", c)
 	}
 }

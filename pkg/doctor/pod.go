@@ -10,6 +10,7 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	podreq "github.com/nicaffinity/nicaffinity/pkg/request"
 )
 
 // Pod layers.
@@ -50,6 +51,15 @@ func Pod(s PodState, o ClusterOptions) Report {
 			b.fail("scheduled", why, "kubectl nicaffinity why "+p.Name+" (or kubectl describe pod): each node's reason says what is missing")
 		default:
 			b.pass("scheduled", "on "+p.Spec.NodeName)
+		}
+		// What the plugin reads of the pod, through the reader it uses.
+		switch r, ok, err := podreq.Read(p, o.RequestConfig()); {
+		case err != nil:
+			b.fail("request", err.Error()+": the nicaffinity scheduler refuses the pod on every node", "fix the annotation (docs/scheduler.md)")
+		case !ok:
+			b.info("request", "no "+o.GPUResource+": nothing for nicaffinity to place")
+		default:
+			b.info("request", describeRequest(r))
 		}
 		if p.Spec.SchedulerName != s.SchedulerName {
 			b.warn("scheduler", fmt.Sprintf("%q placed it, not %s: nothing chose its GPUs for their NICs", orDefault(p.Spec.SchedulerName, "default-scheduler"), s.SchedulerName),
@@ -135,6 +145,23 @@ func Pod(s PodState, o ClusterOptions) Report {
 		b.info("memlock", "not visible through the API: kubectl exec "+p.Name+" -- sh -c 'ulimit -l' should print unlimited")
 	}
 	return b.report()
+}
+
+// describeRequest says what a pod asks for, in words.
+func describeRequest(r podreq.Request) string {
+	d := fmt.Sprintf("%d GPUs", r.GPUs)
+	if !r.RDMA {
+		return d + ", no NIC"
+	}
+	policy := "required"
+	if !r.Required {
+		policy = "preferred"
+	}
+	d += fmt.Sprintf(", each with a NIC at %s or closer (%s)", r.MaxLevel, policy)
+	for _, vf := range r.VFs {
+		d += fmt.Sprintf(", %d VFs of %s", vf.Count, vf.Resource)
+	}
+	return d
 }
 
 func orDefault(s, def string) string {

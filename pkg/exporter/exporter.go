@@ -27,8 +27,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
-	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )

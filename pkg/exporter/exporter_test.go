@@ -19,9 +19,9 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/dra/dratest"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
-	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"

@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
-	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 

@@ -11,9 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/doctor"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	podreq "github.com/nicaffinity/nicaffinity/pkg/request"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -64,11 +64,16 @@ func Why(ctx context.Context, c doctor.Clients, namespace, name string, o doctor
 	} else {
 		b.WriteString("No FailedScheduling event yet.\n")
 	}
-	gpus, rdma, level := request(p, o)
-	if gpus == 0 {
+	r, ok, err := podreq.Read(p, o.RequestConfig())
+	if err != nil {
+		fmt.Fprintf(&b, "Its annotations cannot be read (%v): the nicaffinity scheduler refuses it on every node until they are fixed.\n", err)
+		return b.String(), nil
+	}
+	if !ok {
 		b.WriteString("It asks for no GPU: nicaffinity has nothing to say about it.\n")
 		return b.String(), nil
 	}
+	gpus, rdma, level := r.GPUs, r.RDMA, r.MaxLevel
 	list, err := c.Dynamic.Resource(nrtResource).List(ctx, metav1.ListOptions{Limit: maxNodes})
 	if err != nil {
 		return "", fmt.Errorf("listing NodeResourceTopologies: %w", err)
@@ -76,6 +81,12 @@ func Why(ctx context.Context, c doctor.Clients, namespace, name string, o doctor
 	need := "a GPU"
 	if rdma {
 		need = "a NIC at " + level.String() + " or closer"
+	}
+	for _, vf := range r.VFs {
+		need += fmt.Sprintf(" (and %d VFs of %s on those NICs)", vf.Count, vf.Resource)
+	}
+	if rdma && !r.Required {
+		need += "; policy preferred: nodes without are only scored lower"
 	}
 	fmt.Fprintf(&b, "\nIt asks for %d GPUs, each with %s. What each node's object offers:\n\n", gpus, need)
 	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
@@ -134,30 +145,6 @@ func blockedNote(c *nrt.Compiled, level topology.Level) string {
 		return ""
 	}
 	return fmt.Sprintf("GPUDirect RDMA impossible on %d close path(s): %s", n, first)
-}
-
-// request reads what the pod asks of nicaffinity: GPUs, whether it needs a
-// NIC, and the worst level it accepts.
-func request(p *corev1.Pod, o doctor.ClusterOptions) (gpus int, rdma bool, level topology.Level) {
-	level = topology.LevelPXB
-	if l, err := annotations.ParseMaxLevel(p.Annotations[annotations.MaxLevel]); err == nil && p.Annotations[annotations.MaxLevel] != "" {
-		level = l
-	}
-	rdma = p.Annotations[annotations.RDMA] == "true"
-	for _, c := range p.Spec.Containers {
-		for res, q := range c.Resources.Limits {
-			if string(res) == o.GPUResource {
-				gpus += int(q.Value())
-			}
-			for _, prefix := range o.RDMAPrefixes {
-				rdma = rdma || strings.HasPrefix(string(res), prefix)
-			}
-			for _, s := range o.SRIOV {
-				rdma = rdma || string(res) == s
-			}
-		}
-	}
-	return gpus, rdma, level
 }
 
 func orDefault(s, def string) string {

@@ -18,9 +18,9 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/exporter"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
-	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"

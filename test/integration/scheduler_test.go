@@ -15,9 +15,9 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/internal/schedulertest"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt/nrttest"
-	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 

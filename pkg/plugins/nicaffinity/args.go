@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	podreq "github.com/nicaffinity/nicaffinity/pkg/request"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -206,3 +207,10 @@ func (a *Args) maxLevel() topology.Level {
 // ParseArgs decodes, defaults and validates args as the scheduler hands them
 // over (tests check the shipped configuration with it).
 func ParseArgs(obj runtime.Object) (*Args, error) { return decodeArgs(obj) }
+
+// RequestConfig is how the plugin with these (defaulted, valid) args reads
+// pods: kubectl and doctor read them the same way.
+func (a *Args) RequestConfig() podreq.Config {
+	return podreq.Config{GPUResource: a.GPUResourceName, RDMAPrefixes: a.RDMAResourcePrefixes, SRIOVResources: a.SRIOVResourceNames,
+		MaxLevel: a.maxLevel(), Required: a.DefaultPolicy == annotations.PolicyRequired}
+}

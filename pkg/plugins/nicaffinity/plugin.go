@@ -12,6 +12,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	podreq "github.com/nicaffinity/nicaffinity/pkg/request"
 )
 
 // Name is the plugin's name in the registry and in configurations.
@@ -72,6 +73,8 @@ type NICAffinity struct {
 	// defaults is the request a pod makes without annotations (level and
 	// policy from args, parsed once); pods that keep them are "common".
 	defaults request
+	// reader is how pods are read (pkg/request), from args.
+	reader podreq.Config
 }
 
 // Name returns Name.
@@ -98,6 +101,7 @@ func NewWithCache(args *Args, h fwk.Handle, cache *Cache) (*NICAffinity, error) 
 	}
 	pl := &NICAffinity{handle: h, args: args, cache: cache, score: strategies[args.ScoringStrategy.Type],
 		defaults: request{maxLevel: args.maxLevel(), required: args.DefaultPolicy == annotations.PolicyRequired, common: true}}
+	pl.reader = args.RequestConfig()
 	cache.setPrecompute(pl.precompute)
 	return pl, nil
 }

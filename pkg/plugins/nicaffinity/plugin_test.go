@@ -21,8 +21,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
-	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )

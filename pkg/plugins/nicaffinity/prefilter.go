@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/component-helpers/resource"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	podreq "github.com/nicaffinity/nicaffinity/pkg/request"
 )
 
 const stateKey fwk.StateKey = "PreFilter" + Name
@@ -35,52 +33,18 @@ func (s *preFilterState) Clone() fwk.StateData {
 	return &c
 }
 
-// podRequest reads what the pod asks for. nil without GPUs. The error is a
-// bad annotation, named.
+// podRequest reads what the pod asks for through the one reader the
+// plugin, kubectl and doctor share (pkg/request). ok is false without
+// GPUs. The error is a bad annotation, named.
 func (pl *NICAffinity) podRequest(pod *v1.Pod) (*request, bool, error) {
-	reqs := resource.PodRequests(pod, resource.PodResourcesOptions{})
-	gpus := reqs[v1.ResourceName(pl.args.GPUResourceName)]
-	if gpus.Value() <= 0 {
-		return nil, false, nil
+	r, ok, err := podreq.Read(pod, pl.reader)
+	if err != nil || !ok {
+		return nil, false, err
 	}
-	req := &request{gpus: int(gpus.Value()), maxLevel: pl.defaults.maxLevel, required: pl.defaults.required}
-	for name, q := range reqs {
-		if q.Value() <= 0 {
-			continue
-		}
-		n := string(name)
-		for _, sriov := range pl.args.SRIOVResourceNames {
-			if n == sriov {
-				req.rdma = true
-				req.vfs = append(req.vfs, vfRequest{resource: n, count: q.Value()})
-			}
-		}
-		for _, p := range pl.args.RDMAResourcePrefixes {
-			if strings.HasPrefix(n, p) {
-				req.rdma = true
-			}
-		}
+	req := &request{gpus: r.GPUs, rdma: r.RDMA, maxLevel: r.MaxLevel, required: r.Required, common: r.Defaulted(pl.reader)}
+	for _, vf := range r.VFs {
+		req.vfs = append(req.vfs, vfRequest{resource: vf.Resource, count: vf.Count})
 	}
-	if pod.Annotations[annotations.RDMA] == "true" {
-		req.rdma = true
-	}
-	if s, ok := pod.Annotations[annotations.MaxLevel]; ok {
-		l, err := annotations.ParseMaxLevel(s)
-		if err != nil {
-			return nil, false, err
-		}
-		req.maxLevel = l
-	}
-	if s, ok := pod.Annotations[annotations.Policy]; ok {
-		p, err := annotations.ParsePolicy(s)
-		if err != nil {
-			return nil, false, err
-		}
-		req.required = p == annotations.PolicyRequired
-	}
-	// Map order is random; plans and signatures must not be.
-	slices.SortFunc(req.vfs, func(a, b vfRequest) int { return strings.Compare(a.resource, b.resource) })
-	req.common = len(req.vfs) == 0 && req.maxLevel == pl.defaults.maxLevel && req.required == pl.defaults.required
 	return req, true, nil
 }
 

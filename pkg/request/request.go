@@ -1,0 +1,115 @@
+// Package request reads what a pod asks nicaffinity for: how many GPUs,
+// whether it needs a NIC (an RDMA resource, an SR-IOV VF resource, or the
+// nicaffinity.io/rdma annotation), which VFs, the worst level it accepts
+// and whether that is required. The scheduler plugin, `kubectl nicaffinity
+// why` and `nicaffinity doctor` read pods only through Read, so they can
+// never explain a pod differently from how the plugin judged it.
+//
+// Requests are summed as the scheduler sums them
+// (k8s.io/component-helpers/resource.PodRequests: init containers,
+// sidecars, pod-level resources and overhead included).
+package request
+
+import (
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/component-helpers/resource"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+)
+
+// Config says how to read pods: the resource names and the defaults of the
+// plugin's args.
+type Config struct {
+	// GPUResource is the GPU resource name (nvidia.com/gpu).
+	GPUResource string
+	// RDMAPrefixes are resource names or prefixes that mean the pod needs
+	// a NIC (rdma/).
+	RDMAPrefixes []string
+	// SRIOVResources are VF resources: the pod needs a NIC and free VFs of
+	// that resource on it.
+	SRIOVResources []string
+	// MaxLevel and Required apply when the pod sets no
+	// nicaffinity.io/max-level or nicaffinity.io/policy.
+	MaxLevel topology.Level
+	Required bool
+}
+
+// Default is the Config of the plugin's default args: nvidia.com/gpu,
+// rdma/, the SR-IOV resources of the manifests, PXB, required.
+func Default(sriov []string) Config {
+	return Config{GPUResource: "nvidia.com/gpu", RDMAPrefixes: []string{"rdma/"}, SRIOVResources: sriov,
+		MaxLevel: topology.LevelPXB, Required: true}
+}
+
+// VF is a request for VFs of one SR-IOV resource.
+type VF struct {
+	Resource string
+	Count    int64
+}
+
+// Request is what a pod asks for.
+type Request struct {
+	GPUs int
+	RDMA bool
+	// VFs are sorted by resource.
+	VFs      []VF
+	MaxLevel topology.Level
+	Required bool
+}
+
+// Defaulted reports whether the request takes the config's level and
+// policy and asks for no VFs: the common request the plugin answers ahead.
+func (r *Request) Defaulted(c Config) bool {
+	return len(r.VFs) == 0 && r.MaxLevel == c.MaxLevel && r.Required == c.Required
+}
+
+// Read reads pod. ok is false for a pod that asks for no GPU (nothing for
+// nicaffinity to do). The error names the bad annotation; the plugin
+// refuses such a pod.
+func Read(pod *v1.Pod, c Config) (r Request, ok bool, err error) {
+	reqs := resource.PodRequests(pod, resource.PodResourcesOptions{})
+	gpus := reqs[v1.ResourceName(c.GPUResource)]
+	if gpus.Value() <= 0 {
+		return Request{}, false, nil
+	}
+	r = Request{GPUs: int(gpus.Value()), MaxLevel: c.MaxLevel, Required: c.Required}
+	for name, q := range reqs {
+		if q.Value() <= 0 {
+			continue
+		}
+		n := string(name)
+		if slices.Contains(c.SRIOVResources, n) {
+			r.RDMA = true
+			r.VFs = append(r.VFs, VF{Resource: n, Count: q.Value()})
+		}
+		for _, p := range c.RDMAPrefixes {
+			if strings.HasPrefix(n, p) {
+				r.RDMA = true
+			}
+		}
+	}
+	if pod.Annotations[annotations.RDMA] == "true" {
+		r.RDMA = true
+	}
+	if s, ok := pod.Annotations[annotations.MaxLevel]; ok {
+		l, err := annotations.ParseMaxLevel(s)
+		if err != nil {
+			return Request{}, false, err
+		}
+		r.MaxLevel = l
+	}
+	if s, ok := pod.Annotations[annotations.Policy]; ok {
+		p, err := annotations.ParsePolicy(s)
+		if err != nil {
+			return Request{}, false, err
+		}
+		r.Required = p == annotations.PolicyRequired
+	}
+	// Map order is random; plans and signatures must not be.
+	slices.SortFunc(r.VFs, func(a, b VF) int { return strings.Compare(a.Resource, b.Resource) })
+	return r, true, nil
+}

@@ -1,0 +1,82 @@
+package request
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+)
+
+const sriov = "openshift.io/sriov_highnet"
+
+// container requests the given resources ("name", "quantity", ...).
+func container(res ...string) v1.Container {
+	l := v1.ResourceList{}
+	for i := 0; i+1 < len(res); i += 2 {
+		l[v1.ResourceName(res[i])] = resource.MustParse(res[i+1])
+	}
+	return v1.Container{Name: "c", Resources: v1.ResourceRequirements{Limits: l, Requests: l}}
+}
+
+func pod(ann map[string]string, init []v1.Container, cs ...v1.Container) *v1.Pod {
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: ann}, Spec: v1.PodSpec{InitContainers: init, Containers: cs}}
+}
+
+// TestRead: the request table every reader of pods shares.
+func TestRead(t *testing.T) {
+	always := v1.ContainerRestartPolicyAlways
+	sidecar := container("nvidia.com/gpu", "1")
+	sidecar.RestartPolicy = &always
+	cfg := Default([]string{sriov, "openshift.io/sriov_net"})
+	for _, tc := range []struct {
+		name   string
+		pod    *v1.Pod
+		want   Request
+		wantOK bool
+		err    string
+	}{
+		{name: "no GPU", pod: pod(nil, nil, container("cpu", "1", "rdma/hca", "1"))},
+		{name: "GPUs only", pod: pod(nil, nil, container("nvidia.com/gpu", "2")), wantOK: true,
+			want: Request{GPUs: 2, MaxLevel: topology.LevelPXB, Required: true}},
+		{name: "GPUs of two containers add up", pod: pod(nil, nil, container("nvidia.com/gpu", "2", "rdma/hca", "1"), container("nvidia.com/gpu", "1")), wantOK: true,
+			want: Request{GPUs: 3, RDMA: true, MaxLevel: topology.LevelPXB, Required: true}},
+		{name: "an init container's GPUs count as the scheduler counts them", pod: pod(nil, []v1.Container{container("nvidia.com/gpu", "4")}, container("nvidia.com/gpu", "1")), wantOK: true,
+			want: Request{GPUs: 4, MaxLevel: topology.LevelPXB, Required: true}},
+		{name: "a sidecar's GPUs add to the containers'", pod: pod(nil, []v1.Container{sidecar}, container("nvidia.com/gpu", "2")), wantOK: true,
+			want: Request{GPUs: 3, MaxLevel: topology.LevelPXB, Required: true}},
+		{name: "RDMA by annotation", pod: pod(map[string]string{annotations.RDMA: "true"}, nil, container("nvidia.com/gpu", "1")), wantOK: true,
+			want: Request{GPUs: 1, RDMA: true, MaxLevel: topology.LevelPXB, Required: true}},
+		{name: "VFs of two resources, sorted", pod: pod(nil, nil, container("nvidia.com/gpu", "2", sriov, "2", "openshift.io/sriov_net", "1")), wantOK: true,
+			want: Request{GPUs: 2, RDMA: true, VFs: []VF{{"openshift.io/sriov_highnet", 2}, {"openshift.io/sriov_net", 1}}, MaxLevel: topology.LevelPXB, Required: true}},
+		{name: "level and policy from annotations", pod: pod(map[string]string{annotations.MaxLevel: "NODE", annotations.Policy: "preferred"}, nil, container("nvidia.com/gpu", "1", "rdma/hca", "1")), wantOK: true,
+			want: Request{GPUs: 1, RDMA: true, MaxLevel: topology.LevelNODE}},
+		{name: "a bad level", pod: pod(map[string]string{annotations.MaxLevel: "CLOSE"}, nil, container("nvidia.com/gpu", "1")), err: "nicaffinity.io/max-level"},
+		{name: "a bad policy", pod: pod(map[string]string{annotations.Policy: "always"}, nil, container("nvidia.com/gpu", "1")), err: "nicaffinity.io/policy"},
+		{name: "another GPU resource is not ours", pod: pod(nil, nil, container("amd.com/gpu", "1"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok, err := Read(tc.pod, cfg)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one naming %s", err, tc.err)
+				}
+				return
+			}
+			if err != nil || ok != tc.wantOK {
+				t.Fatalf("ok %v, err %v; want ok %v", ok, err, tc.wantOK)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want,+got):\n%s", diff)
+			}
+			if got.Defaulted(cfg) != (ok && len(got.VFs) == 0 && got.MaxLevel == cfg.MaxLevel && got.Required == cfg.Required) {
+				t.Errorf("Defaulted = %v", got.Defaulted(cfg))
+			}
+		})
+	}
+}
