@@ -115,6 +115,11 @@ func TestGrafanaDashboard(t *testing.T) {
 			if len(used) == 0 {
 				t.Errorf("panel %q: %q uses no nicaffinity metric", p.Title, tg.Expr)
 			}
+			// Scheduler series carry the plugin instance's profile, and
+			// the dashboard's profile variable selects them.
+			if strings.Contains(tg.Expr, "nicaffinity_scheduler_") && strings.Count(tg.Expr, `profile=~"$profile"`) != strings.Count(tg.Expr, "nicaffinity_scheduler_") {
+				t.Errorf("panel %q: %q does not filter every scheduler metric on the profile variable", p.Title, tg.Expr)
+			}
 			for _, m := range used {
 				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_sum"), "_count")
 				if !slices.Contains(names, base) {

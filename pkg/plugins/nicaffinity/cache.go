@@ -66,6 +66,8 @@ type Cache struct {
 	pods cache.Indexer
 	// schedulerName is the profile's: only its pods' plans are adopted.
 	schedulerName string
+	// metrics count under the profile's name.
+	metrics profileMetrics
 }
 
 type reservation struct {
@@ -99,7 +101,7 @@ type nodeEntry struct {
 // benchmarks and tools that run the plugin outside a scheduler. Nothing
 // sweeps its reservations; they last until Unreserve.
 func NewStaticCache(args *Args, objs ...*v1alpha2.NodeResourceTopology) *Cache {
-	c := newCache(args.ReservationTimeout.Duration, args.GPUResourceName)
+	c := newCache(args.ReservationTimeout.Duration, args.GPUResourceName, "static")
 	c.maxAge = args.TopologyMaxAge.Duration
 	for _, o := range objs {
 		compiled, err := nrt.Compile(o, args.GPUResourceName)
@@ -108,9 +110,11 @@ func NewStaticCache(args *Args, objs ...*v1alpha2.NodeResourceTopology) *Cache {
 	return c
 }
 
-func newCache(timeout time.Duration, gpuResource string) *Cache {
+// newCache is an empty cache whose metrics count under profile.
+func newCache(timeout time.Duration, gpuResource, profile string) *Cache {
 	registerMetrics()
-	c := &Cache{nodes: map[string]*nodeEntry{}, podNode: map[types.UID]string{}, timeout: timeout, now: time.Now, gpuResource: gpuResource}
+	c := &Cache{nodes: map[string]*nodeEntry{}, podNode: map[types.UID]string{}, timeout: timeout, now: time.Now, gpuResource: gpuResource,
+		metrics: profileMetrics{profile: profile}}
 	c.cells.Store(&map[string]*atomic.Pointer[nodeView]{})
 	return c
 }
@@ -245,7 +249,7 @@ func (c *Cache) remove(node string) {
 	c.spread.replace(e.view, nil)
 	c.setState(e, "")
 	delete(c.nodes, node)
-	reservations.Set(float64(len(c.podNode)))
+	c.metrics.setReservations(len(c.podNode))
 	cells := maps.Clone(*c.cells.Load())
 	delete(cells, node)
 	c.cells.Store(&cells)
@@ -299,16 +303,17 @@ func (c *Cache) rebuild(node string) {
 	v := &nodeView{}
 	switch {
 	case e.outdated != "":
-		v.why = "is stale: " + e.outdated
+		v.why, v.state = "is stale: "+e.outdated, stateStale
 	case e.compiled != nil:
 		v = c.compose(e)
+		v.state = stateUsable
 	case e.err != "":
-		v.why = "cannot be read: " + e.err
+		v.why, v.state = "cannot be read: "+e.err, stateUnreadable
 	}
 	c.spread.replace(e.view, v)
 	e.view = v
 	c.setState(e, stateOf(e))
-	reservations.Set(float64(len(c.podNode)))
+	c.metrics.setReservations(len(c.podNode))
 	cell := (*c.cells.Load())[node]
 	if cell == nil {
 		cell = &atomic.Pointer[nodeView]{}
@@ -339,12 +344,7 @@ func (c *Cache) setState(e *nodeEntry, state string) {
 	if e.state == state {
 		return
 	}
-	if e.state != "" {
-		topologyNodes.WithLabelValues(e.state).Dec()
-	}
-	if state != "" {
-		topologyNodes.WithLabelValues(state).Inc()
-	}
+	c.metrics.moveNode(e.state, state)
 	e.state = state
 }
 
@@ -404,7 +404,7 @@ func newInformerCache(ctx context.Context, h fwk.Handle, args *Args) (*Cache, er
 	if err := waitForCRD(ctx, disco, crdWait, 2*time.Second); err != nil {
 		return nil, err
 	}
-	c := newCache(args.ReservationTimeout.Duration, args.GPUResourceName)
+	c := newCache(args.ReservationTimeout.Duration, args.GPUResourceName, h.ProfileName())
 	c.maxAge = args.TopologyMaxAge.Duration
 	c.schedulerName = h.ProfileName()
 	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()

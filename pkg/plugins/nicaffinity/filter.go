@@ -32,14 +32,14 @@ func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod
 		if pl.args.MissingTopology == MissingIgnore {
 			return nil
 		}
-		reject(unusableReason(why))
+		pl.cache.metrics.reject(unusableReason(pl.cache.view(nodeInfo.Node().Name)))
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
 	}
 	if req.gpus > len(v.c.GPUs) {
 		return nil // more than the node has: NodeResourcesFit says so
 	}
 	if v.stale && pl.args.StaleTopology == StaleReject {
-		reject(reasonLagging)
+		pl.cache.metrics.reject(reasonLagging)
 		return fwk.NewStatus(fwk.Unschedulable, "NodeResourceTopology has not caught up with pods placed on this node yet")
 	}
 	steps := maxCallSteps
@@ -82,7 +82,7 @@ func (pl *NICAffinity) rejection(v *nodeView, req *request, li int, steps *int) 
 	case near == 0:
 		reason = reasonNoAligned
 	}
-	reject(reason)
+	pl.cache.metrics.reject(reason)
 	switch {
 	// The scheduler prints "<node count> <reason>": reasons start with a word.
 	case len(req.vfs) > 0 && near >= req.gpus:

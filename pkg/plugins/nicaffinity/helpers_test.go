@@ -45,7 +45,7 @@ func newTestPlugin(t testing.TB, mutate func(*Args), objs ...*v1alpha2.NodeResou
 		mutate(args)
 	}
 	args.SetDefaults()
-	st := newCache(args.ReservationTimeout.Duration, args.GPUResourceName)
+	st := newCache(args.ReservationTimeout.Duration, args.GPUResourceName, testProfile)
 	for _, o := range objs {
 		c, err := nrt.Compile(o, args.GPUResourceName)
 		st.set(o.Name, o.ResourceVersion, c, err, false)
@@ -85,3 +85,6 @@ func (pl *NICAffinity) scoreOf(v *nodeView, req *request) int64 {
 	steps := maxCallSteps
 	return pl.nodeScore(v, req, &steps)
 }
+
+// testProfile is the profile the test plugins' metrics count under.
+const testProfile = "test-profile"

@@ -1,7 +1,6 @@
 package nicaffinity
 
 import (
-	"strings"
 	"sync"
 
 	"k8s.io/component-base/metrics"
@@ -9,29 +8,32 @@ import (
 )
 
 // The plugin's metrics, in kube-scheduler's registry (served on its
-// /metrics with the scheduler's own). docs/metrics.md lists them. Label
-// values are fixed sets: no node or pod names.
+// /metrics with the scheduler's own), registered once per process and
+// labelled by the scheduler profile of the plugin instance that counts, so
+// two NICAffinity profiles in one scheduler keep separate series.
+// docs/metrics.md lists them. Label values are fixed sets and profile
+// names: no node or pod names.
 var (
 	placements = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nicaffinity", Subsystem: "scheduler", Name: "placements_total",
 		Help:           "Pods bound with a GPU-NIC plan, by the plan's worst GPU-NIC level (none: the pod needs no NIC) and the pod's policy.",
 		StabilityLevel: metrics.ALPHA,
-	}, []string{"level", "policy"})
+	}, []string{"profile", "level", "policy"})
 	rejections = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "nicaffinity", Subsystem: "scheduler", Name: "filter_rejections_total",
 		Help:           "Nodes Filter rejected, by reason.",
 		StabilityLevel: metrics.ALPHA,
-	}, []string{"reason"})
+	}, []string{"profile", "reason"})
 	topologyNodes = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace: "nicaffinity", Subsystem: "scheduler", Name: "topology_nodes",
 		Help:           "Nodes whose NodeResourceTopology the scheduler holds, by state: usable, unreadable (it cannot be compiled), stale (no new version of it for longer than topologyMaxAge).",
 		StabilityLevel: metrics.ALPHA,
-	}, []string{"state"})
-	reservations = metrics.NewGauge(&metrics.GaugeOpts{
+	}, []string{"profile", "state"})
+	reservations = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace: "nicaffinity", Subsystem: "scheduler", Name: "reservations",
 		Help:           "GPU reservations held for pods whose node's NodeResourceTopology does not count them yet.",
 		StabilityLevel: metrics.ALPHA,
-	})
+	}, []string{"profile"})
 	registerOnce sync.Once
 )
 
@@ -63,18 +65,43 @@ func registerMetrics() {
 	})
 }
 
-// reject counts one rejection.
-func reject(reason string) { rejections.WithLabelValues(reason).Inc() }
+// profileMetrics counts for one plugin instance: its profile is the first
+// label of every series it writes.
+type profileMetrics struct{ profile string }
 
-// unusableReason maps why a node has no usable view to a reason label.
-func unusableReason(why string) string {
-	switch {
-	case strings.Contains(why, "is stale"):
-		return reasonStale
-	case strings.Contains(why, "cannot be read"):
-		return reasonUnreadable
+// reject counts one rejection.
+func (m profileMetrics) reject(reason string) { rejections.WithLabelValues(m.profile, reason).Inc() }
+
+// placed counts one pod bound with its plan.
+func (m profileMetrics) placed(level, policy string) {
+	placements.WithLabelValues(m.profile, level, policy).Inc()
+}
+
+// moveNode moves one node between topology_nodes states ("" is none).
+func (m profileMetrics) moveNode(from, to string) {
+	if from != "" {
+		topologyNodes.WithLabelValues(m.profile, from).Dec()
 	}
-	return reasonMissing
+	if to != "" {
+		topologyNodes.WithLabelValues(m.profile, to).Inc()
+	}
+}
+
+// setReservations sets the reservations gauge.
+func (m profileMetrics) setReservations(n int) {
+	reservations.WithLabelValues(m.profile).Set(float64(n))
+}
+
+// unusableReason is the reason label of a node without a usable view, from
+// the view's state (the cache sets it; no text is parsed).
+func unusableReason(v *nodeView) string {
+	switch {
+	case v == nil || v.state == "":
+		return reasonMissing
+	case v.state == stateStale:
+		return reasonStale
+	}
+	return reasonUnreadable
 }
 
 // MetricNames are the full names of the plugin's metrics (docs and the

@@ -15,7 +15,7 @@ import (
 
 func counter(t *testing.T, reason string) float64 {
 	t.Helper()
-	v, err := testutil.GetCounterMetricValue(rejections.WithLabelValues(reason))
+	v, err := testutil.GetCounterMetricValue(rejections.WithLabelValues(testProfile, reason))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,8 +23,12 @@ func counter(t *testing.T, reason string) float64 {
 }
 
 func gauge(t *testing.T, state string) float64 {
+	return profileGauge(t, testProfile, state)
+}
+
+func profileGauge(t *testing.T, profile, state string) float64 {
 	t.Helper()
-	v, err := testutil.GetGaugeMetricValue(topologyNodes.WithLabelValues(state))
+	v, err := testutil.GetGaugeMetricValue(topologyNodes.WithLabelValues(profile, state))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +79,7 @@ func TestFilterRejectionMetric(t *testing.T) {
 // topology_nodes states as its object changes, and reservations count
 // what is held.
 func TestTopologyAndReservationMetrics(t *testing.T) {
-	st := newCache(0, "nvidia.com/gpu")
+	st := newCache(0, "nvidia.com/gpu", testProfile)
 	usable, unreadable := gauge(t, stateUsable), gauge(t, stateUnreadable)
 	c, err := nrt.Compile(handNRT("m", 0, 1), "nvidia.com/gpu")
 	if err != nil {
@@ -96,15 +100,46 @@ func TestTopologyAndReservationMetrics(t *testing.T) {
 	st.set("m", "", c, nil, false)
 	st.Reserve("m", "a", 1, nil)
 	st.Reserve("m", "b", 2, nil)
-	if v, _ := testutil.GetGaugeMetricValue(reservations); v != 2 {
+	if v, _ := testutil.GetGaugeMetricValue(reservations.WithLabelValues(testProfile)); v != 2 {
 		t.Errorf("reservations = %v, want 2", v)
 	}
 	st.Unreserve("m", "a")
-	if v, _ := testutil.GetGaugeMetricValue(reservations); v != 1 {
+	if v, _ := testutil.GetGaugeMetricValue(reservations.WithLabelValues(testProfile)); v != 1 {
 		t.Errorf("reservations = %v, want 1", v)
 	}
 	st.remove("m")
-	if v, _ := testutil.GetGaugeMetricValue(reservations); v != 0 {
+	if v, _ := testutil.GetGaugeMetricValue(reservations.WithLabelValues(testProfile)); v != 0 {
 		t.Errorf("reservations after removal = %v, want 0", v)
+	}
+}
+
+// TestMetricsPerProfile: two NICAffinity profiles in one scheduler keep
+// separate series: each counts its own nodes, reservations and rejections
+// under its profile's name.
+func TestMetricsPerProfile(t *testing.T) {
+	c, err := nrt.Compile(handNRT("m", 0, 1), "nvidia.com/gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := newCache(0, "nvidia.com/gpu", "profile-a"), newCache(0, "nvidia.com/gpu", "profile-b")
+	beforeA, beforeB := profileGauge(t, "profile-a", stateUsable), profileGauge(t, "profile-b", stateUsable)
+	a.set("m", "", c, nil, false)
+	a.set("n", "", c, nil, false)
+	b.set("m", "", c, nil, false)
+	if ga, gb := profileGauge(t, "profile-a", stateUsable)-beforeA, profileGauge(t, "profile-b", stateUsable)-beforeB; ga != 2 || gb != 1 {
+		t.Errorf("usable nodes: profile-a %v, profile-b %v; want 2 and 1", ga, gb)
+	}
+	a.Reserve("m", "p", 1, nil)
+	ra, _ := testutil.GetGaugeMetricValue(reservations.WithLabelValues("profile-a"))
+	rb, _ := testutil.GetGaugeMetricValue(reservations.WithLabelValues("profile-b"))
+	if ra != 1 || rb != 0 {
+		t.Errorf("reservations: profile-a %v, profile-b %v; want 1 and 0", ra, rb)
+	}
+	before, _ := testutil.GetCounterMetricValue(rejections.WithLabelValues("profile-b", reasonMissing))
+	b.metrics.reject(reasonMissing)
+	after, _ := testutil.GetCounterMetricValue(rejections.WithLabelValues("profile-b", reasonMissing))
+	other, _ := testutil.GetCounterMetricValue(rejections.WithLabelValues("profile-a", reasonMissing))
+	if after != before+1 || other != 0 {
+		t.Errorf("rejections: profile-b %v -> %v, profile-a %v", before, after, other)
 	}
 }

@@ -118,12 +118,12 @@ func (pl *NICAffinity) Bind(ctx context.Context, cycle fwk.CycleState, pod *v1.P
 	if err := pl.handle.ClientSet().CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
 		return fwk.AsStatus(err)
 	}
-	countPlacement(s)
+	pl.countPlacement(s)
 	return nil
 }
 
 // countPlacement counts a pod bound with its plan written.
-func countPlacement(s *preFilterState) {
+func (pl *NICAffinity) countPlacement(s *preFilterState) {
 	level, policy := s.planned.Level, annotations.PolicyPreferred
 	if level == "" {
 		level = "none"
@@ -131,7 +131,7 @@ func countPlacement(s *preFilterState) {
 	if s.req.required {
 		policy = annotations.PolicyRequired
 	}
-	placements.WithLabelValues(level, policy).Inc()
+	pl.cache.metrics.placed(level, policy)
 }
 
 // PreBind writes the plan on the pod (nicaffinity.io/allocation), where the
@@ -148,6 +148,6 @@ func (pl *NICAffinity) PreBind(ctx context.Context, cycle fwk.CycleState, pod *v
 	if _, err := pl.handle.ClientSet().CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fwk.AsStatus(err)
 	}
-	countPlacement(s) // PreBind runs before DefaultBinder binds: a failed bind still counts
+	pl.countPlacement(s) // PreBind runs before DefaultBinder binds: a failed bind still counts
 	return nil
 }

@@ -33,6 +33,9 @@ type nodeView struct {
 	// stale: ...").
 	c   *nrt.Compiled
 	why string
+	// state is the node's topology_nodes state (stateUsable, ...; ""
+	// without an object): what metrics read, where why is for people.
+	state string
 	// free are the GPUs free after reservations.
 	free nrt.GPUSet
 	// vfFree[resource][n] are NIC n's free VFs after reservations.
