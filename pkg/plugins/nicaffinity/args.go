@@ -214,3 +214,11 @@ func (a *Args) RequestConfig() podreq.Config {
 	return podreq.Config{GPUResource: a.GPUResourceName, RDMAPrefixes: a.RDMAResourcePrefixes, SRIOVResources: a.SRIOVResourceNames,
 		MaxLevel: a.maxLevel(), Required: a.DefaultPolicy == annotations.PolicyRequired}
 }
+
+// storeConfig is what the plugin's cache is made with, from these
+// (defaulted, valid) args: plain values, so the store knows neither the
+// args nor the plugin.
+func (a *Args) storeConfig(profile string) storeConfig {
+	return storeConfig{timeout: a.ReservationTimeout.Duration, maxAge: a.TopologyMaxAge.Duration, gpuResource: a.GPUResourceName,
+		profile: profile, scoring: newScoring(a)}
+}

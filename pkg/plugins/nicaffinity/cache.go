@@ -1,7 +1,6 @@
 package nicaffinity
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"sync"
@@ -9,23 +8,16 @@ import (
 	"time"
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
-	"github.com/k8stopologyawareschedwg/podfingerprint"
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/tools/cache"
-	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
-	fwk "k8s.io/kube-scheduler/framework"
 
-	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 )
 
-// Cache is the plugin's view of the nodes' NodeResourceTopology objects.
+// Cache is the plugin's store of the nodes' NodeResourceTopology objects:
+// compiled objects, reservations and the views built from them. It knows
+// no informers, no CRD and no pod objects: the informer edge
+// (informers.go) decodes objects and plans and hands it plain values.
 //
 // An object is compiled (nrt.Compile) once when it changes. For each node
 // the cache publishes an immutable nodeView: the compiled object minus
@@ -54,20 +46,26 @@ type Cache struct {
 	cells   atomic.Pointer[map[string]*atomic.Pointer[nodeView]]
 	// spread tells PreScore when every node scores alike (spread.go).
 	spread scoreSpread
-	// precompute fills each new view's answers (the plugin sets it).
-	precompute func(*nodeView)
-	timeout    time.Duration
+	// scoring fills each new view's answers.
+	scoring *scoring
+	timeout time.Duration
 	// maxAge: see Args.TopologyMaxAge (0: off).
 	maxAge time.Duration
 	now    func() time.Time
 
 	gpuResource string
-	// Set when the cache follows informers (newInformerCache).
-	pods cache.Indexer
-	// schedulerName is the profile's: only its pods' plans are adopted.
-	schedulerName string
 	// metrics count under the profile's name.
 	metrics profileMetrics
+}
+
+// storeConfig is what a Cache is made with (Args.storeConfig).
+type storeConfig struct {
+	timeout, maxAge time.Duration
+	gpuResource     string
+	// profile labels the metrics.
+	profile string
+	// scoring precomputes views' answers (nil: none).
+	scoring *scoring
 }
 
 type reservation struct {
@@ -100,9 +98,9 @@ type nodeEntry struct {
 // NewStaticCache is a cache over fixed objects, with no informers: for
 // benchmarks and tools that run the plugin outside a scheduler. Nothing
 // sweeps its reservations; they last until Unreserve.
+// args must be defaulted and valid.
 func NewStaticCache(args *Args, objs ...*v1alpha2.NodeResourceTopology) *Cache {
-	c := newCache(args.ReservationTimeout.Duration, args.GPUResourceName, "static")
-	c.maxAge = args.TopologyMaxAge.Duration
+	c := newCache(args.storeConfig("static"))
 	for _, o := range objs {
 		compiled, err := nrt.Compile(o, args.GPUResourceName)
 		c.set(o.Name, o.ResourceVersion, compiled, err, false)
@@ -110,11 +108,11 @@ func NewStaticCache(args *Args, objs ...*v1alpha2.NodeResourceTopology) *Cache {
 	return c
 }
 
-// newCache is an empty cache whose metrics count under profile.
-func newCache(timeout time.Duration, gpuResource, profile string) *Cache {
+// newCache is an empty cache.
+func newCache(cfg storeConfig) *Cache {
 	registerMetrics()
-	c := &Cache{nodes: map[string]*nodeEntry{}, podNode: map[types.UID]string{}, timeout: timeout, now: time.Now, gpuResource: gpuResource,
-		metrics: profileMetrics{profile: profile}}
+	c := &Cache{nodes: map[string]*nodeEntry{}, podNode: map[types.UID]string{}, timeout: cfg.timeout, maxAge: cfg.maxAge, now: time.Now,
+		gpuResource: cfg.gpuResource, metrics: profileMetrics{profile: cfg.profile}, scoring: cfg.scoring}
 	c.cells.Store(&map[string]*atomic.Pointer[nodeView]{})
 	return c
 }
@@ -369,196 +367,39 @@ func (c *Cache) compose(e *nodeEntry) *nodeView {
 			}
 		}
 	}
-	if c.precompute != nil {
-		c.precompute(v)
+	if c.scoring != nil {
+		c.scoring.precompute(v)
 	}
 	return v
 }
 
-// setPrecompute installs the plugin's answers and rebuilds the views made
-// before it.
-func (c *Cache) setPrecompute(f func(*nodeView)) {
+// holds reports whether the cache holds a reservation for pod.
+func (c *Cache) holds(pod types.UID) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.precompute = f
-	for node := range c.nodes {
-		c.rebuild(node)
-	}
+	_, ok := c.podNode[pod]
+	return ok
 }
 
-const nodeNameIndex = "nicaffinity.io/spec.nodeName"
-
-// newInformerCache feeds a cache from an NRT informer and the scheduler's
-// pod and node informers.
-func newInformerCache(ctx context.Context, h fwk.Handle, args *Args) (*Cache, error) {
-	// Objects come in unstructured, so that their quantities are checked
-	// as strings (nrt.Decode) before anything parses them.
-	client, err := dynamic.NewForConfig(h.KubeConfig())
-	if err != nil {
-		return nil, err
-	}
-	disco, err := discovery.NewDiscoveryClientForConfig(h.KubeConfig())
-	if err != nil {
-		return nil, err
-	}
-	if err := waitForCRD(ctx, disco, crdWait, 2*time.Second); err != nil {
-		return nil, err
-	}
-	c := newCache(args.ReservationTimeout.Duration, args.GPUResourceName, h.ProfileName())
-	c.maxAge = args.TopologyMaxAge.Duration
-	c.schedulerName = h.ProfileName()
-	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()
-	// The fingerprint check lists the pods of one node; an index keeps it
-	// O(pods on the node). If the informer already runs, fall back to a scan.
-	if err := podInformer.AddIndexers(cache.Indexers{nodeNameIndex: func(obj interface{}) ([]string, error) {
-		if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" {
-			return []string{p.Spec.NodeName}, nil
-		}
-		return nil, nil
-	}}); err != nil {
-		klog.FromContext(ctx).Info("Pod informer already started; fingerprint checks will scan all pods", "err", err)
-	}
-	c.pods = podInformer.GetIndexer()
-	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		// Plans outlive the scheduler that made them: a restarted scheduler,
-		// or another replica, holds what bound pods were planned to get
-		// until the node's object counts them.
-		AddFunc:    func(obj interface{}) { c.adoptPlan(obj) },
-		UpdateFunc: func(_, obj interface{}) { c.adoptPlan(obj) },
-		DeleteFunc: func(obj interface{}) {
-			if p, ok := deletedObject(obj).(*v1.Pod); ok {
-				c.forgetPod(p.UID)
-			}
-		},
-	}); err != nil {
-		return nil, err
-	}
-	if _, err := h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		DeleteFunc: func(obj interface{}) {
-			if n, ok := deletedObject(obj).(*v1.Node); ok {
-				c.remove(n.Name)
-			}
-		},
-	}); err != nil {
-		return nil, err
-	}
-
-	factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
-	informer := factory.ForResource(nrtGVR).Informer()
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj interface{}) { c.update(obj) },
-		UpdateFunc: func(_, obj interface{}) { c.update(obj) },
-		DeleteFunc: func(obj interface{}) {
-			if o, ok := deletedObject(obj).(*unstructured.Unstructured); ok {
-				c.remove(o.GetName())
-			}
-		},
-	}); err != nil {
-		return nil, err
-	}
-	factory.Start(ctx.Done())
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return nil, fmt.Errorf("NodeResourceTopology informer (%v) did not sync", typ)
-		}
-	}
-	go func() {
-		tick := time.NewTicker(sweepInterval(args.ReservationTimeout.Duration))
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				c.expireDue()
-			}
-		}
-	}()
-	return c, nil
-}
-
-// crdWait is how long the scheduler waits at start for the
-// NodeResourceTopology CRD to be served (installed beside it) before it
-// gives up with an error that says what is missing.
-const crdWait = time.Minute
-
-// waitForCRD polls discovery until the NodeResourceTopology resource is
-// served, for at most wait.
-func waitForCRD(ctx context.Context, disco discovery.DiscoveryInterface, wait, every time.Duration) error {
-	gv := nrtGVR.GroupVersion().String()
-	deadline := time.Now().Add(wait)
-	for {
-		list, err := disco.ServerResourcesForGroupVersion(gv)
-		if err == nil {
-			for _, r := range list.APIResources {
-				if r.Name == nrtGVR.Resource {
-					return nil
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the NodeResourceTopology CRD (%s.%s, version %s) is not served after %s: install manifests/crds (or the CRD of NFD or scheduler-plugins) first: %v",
-				nrtGVR.Resource, nrtGVR.Group, nrtGVR.Version, wait, err)
-		}
-		klog.FromContext(ctx).Info("Waiting for the NodeResourceTopology CRD to be served", "groupVersion", gv, "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(every):
-		}
-	}
-}
-
-// deletedObject unwraps an informer's tombstone.
-func deletedObject(obj interface{}) interface{} {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		return t.Obj
-	}
-	return obj
-}
-
-// adoptPlan reserves the planned GPUs of a bound pod this cache holds no
-// reservation for, unless the node's object already counts the pod.
-//
-// A plan is a claim on a node's GPUs, so it is adopted only from a pod of
-// this scheduler and only up to the GPUs the pod requests: a tenant who
-// writes the annotation on a pod of its own (admission refuses that too,
-// docs/security.md) cannot hold a node's GPUs.
-func (c *Cache) adoptPlan(obj interface{}) {
-	p, ok := obj.(*v1.Pod)
-	if !ok || p.Spec.NodeName == "" || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
-		return
-	}
-	if p.Spec.SchedulerName != c.schedulerName {
-		return
-	}
-	s, ok := p.Annotations[annotations.AllocationKey]
-	if !ok {
-		return
-	}
+// adopt reserves, for a bound pod this cache holds nothing for, the GPUs
+// of node with the given bus IDs (its plan), unless the node's object
+// already counts the pod: fingerprint is that of the pods the scheduler
+// sees on the node. The edge checks who wrote the plan.
+func (c *Cache) adopt(node string, pod types.UID, busIDs []string, fingerprint string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.nodes[p.Spec.NodeName]
+	e, ok := c.nodes[node]
 	if !ok || e.compiled == nil {
 		return
 	}
-	if _, held := e.reserved[p.UID]; held {
-		return // most updates are of pods this scheduler reserved itself
-	}
-	plan, err := annotations.ParseAllocation(s)
-	if err != nil || plan.Node != p.Spec.NodeName {
+	if _, held := e.reserved[pod]; held {
 		return
 	}
-	requested := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})[v1.ResourceName(c.gpuResource)]
-	if int64(len(plan.GPUs)) > requested.Value() {
-		klog.InfoS("Ignoring a plan larger than the pod's request", "pod", klog.KObj(p), "planned", len(plan.GPUs), "requested", requested.Value())
-		return
-	}
-	if e.compiled.Fingerprint != "" && e.compiled.Fingerprint == c.fingerprintOf(plan.Node) {
+	if e.compiled.Fingerprint != "" && e.compiled.Fingerprint == fingerprint {
 		return // the object counts every pod on the node
 	}
 	var gpus nrt.GPUSet
-	for _, bus := range plan.GPUs {
+	for _, bus := range busIDs {
 		for g, gpu := range e.compiled.GPUs {
 			if gpu.BusID == bus {
 				gpus |= nrt.GPUSet(1) << g
@@ -568,33 +409,18 @@ func (c *Cache) adoptPlan(obj interface{}) {
 	if gpus == 0 {
 		return
 	}
-	e.reserved[p.UID] = reservation{gpus: gpus, at: c.now()}
-	c.podNode[p.UID] = plan.Node
-	c.rebuild(plan.Node)
+	e.reserved[pod] = reservation{gpus: gpus, at: c.now()}
+	c.podNode[pod] = node
+	c.rebuild(node)
 }
 
-// nrtGVR is the NodeResourceTopology resource the exporter publishes.
-var nrtGVR = v1alpha2.SchemeGroupVersion.WithResource("noderesourcetopologies")
-
-// update takes an object event, from the plugin's informer or from a
-// queueing hint: unstructured objects are decoded with their quantities
-// checked first (nrt.Decode); a version already held is skipped.
-func (c *Cache) update(obj interface{}) {
-	if o, ok := obj.(*v1alpha2.NodeResourceTopology); ok {
-		c.observe(o)
-		return
+// compiledFingerprint is the pod-set fingerprint of node's compiled
+// object ("" without one).
+func (c *Cache) compiledFingerprint(node string) string {
+	if v := c.view(node); v != nil && v.c != nil {
+		return v.c.Fingerprint
 	}
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok || c.has(u.GetName(), u.GetResourceVersion()) {
-		return
-	}
-	o, err := nrt.Decode(u)
-	if err != nil {
-		klog.InfoS("NodeResourceTopology cannot be read; the node counts as topology unknown", "node", u.GetName(), "err", err)
-		c.set(u.GetName(), u.GetResourceVersion(), nil, err, false)
-		return
-	}
-	c.observe(o)
+	return ""
 }
 
 // has reports whether the node's view was built from this version of its
@@ -602,40 +428,4 @@ func (c *Cache) update(obj interface{}) {
 func (c *Cache) has(node, resourceVersion string) bool {
 	v := c.view(node)
 	return v != nil && v.c != nil && resourceVersion != "" && v.c.ResourceVersion == resourceVersion
-}
-
-// observe compiles an object unless its version is already in.
-func (c *Cache) observe(o *v1alpha2.NodeResourceTopology) {
-	if c.has(o.Name, o.ResourceVersion) {
-		return
-	}
-	compiled, err := nrt.Compile(o, c.gpuResource)
-	if err != nil {
-		klog.InfoS("NodeResourceTopology cannot be read; the node counts as topology unknown", "node", o.Name, "err", err)
-	}
-	confirmed := compiled != nil && compiled.Fingerprint != "" && c.pods != nil && compiled.Fingerprint == c.fingerprintOf(o.Name)
-	c.set(o.Name, o.ResourceVersion, compiled, err, confirmed)
-}
-
-// fingerprintOf computes the pod-set fingerprint of the pods the scheduler
-// sees on a node, as the exporter does from the kubelet's list.
-func (c *Cache) fingerprintOf(node string) string {
-	objs, err := c.pods.ByIndex(nodeNameIndex, node)
-	if err != nil {
-		objs = nil
-		for _, o := range c.pods.List() {
-			if p, ok := o.(*v1.Pod); ok && p.Spec.NodeName == node {
-				objs = append(objs, p)
-			}
-		}
-	}
-	fp := podfingerprint.NewFingerprint(len(objs))
-	for _, o := range objs {
-		p, ok := o.(*v1.Pod)
-		if !ok || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
-			continue
-		}
-		_ = fp.Add(p.Namespace, p.Name)
-	}
-	return fp.Sign()
 }

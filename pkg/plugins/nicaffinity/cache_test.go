@@ -85,7 +85,7 @@ func TestCacheConcurrent(t *testing.T) {
 // TestStoreLifecycle follows one node through the store's writers and checks
 // what View publishes after each, and that the pod index forgets pods.
 func TestStoreLifecycle(t *testing.T) {
-	st := newCache(time.Minute, "nvidia.com/gpu", testProfile)
+	st := newCache(storeConfig{timeout: time.Minute, gpuResource: "nvidia.com/gpu", profile: testProfile})
 	if v, why := st.View("n"); v != nil || why != "no NodeResourceTopology for this node" {
 		t.Errorf("unknown node: %v %q", v, why)
 	}

@@ -43,7 +43,9 @@ func (pl *NICAffinity) isSchedulableAfterNRTChange(logger klog.Logger, pod *v1.P
 		return fwk.QueueSkip, nil
 	}
 	node := m.GetName()
-	pl.cache.update(newObj)
+	if pl.feed != nil {
+		pl.feed.update(newObj)
+	}
 	v, why := pl.cache.View(node)
 	if v == nil {
 		logger.V(5).Info("NodeResourceTopology changed but cannot be used", "pod", klog.KObj(pod), "node", node, "reason", why)

@@ -45,7 +45,9 @@ func newTestPlugin(t testing.TB, mutate func(*Args), objs ...*v1alpha2.NodeResou
 		mutate(args)
 	}
 	args.SetDefaults()
-	st := newCache(args.ReservationTimeout.Duration, args.GPUResourceName, testProfile)
+	cfg := args.storeConfig(testProfile)
+	cfg.maxAge = 0 // freshness has tests of its own (TestStaleOnSchedulerClock)
+	st := newCache(cfg)
 	for _, o := range objs {
 		c, err := nrt.Compile(o, args.GPUResourceName)
 		st.set(o.Name, o.ResourceVersion, c, err, false)
@@ -54,6 +56,7 @@ func newTestPlugin(t testing.TB, mutate func(*Args), objs ...*v1alpha2.NodeResou
 	if err != nil {
 		t.Fatal(err)
 	}
+	pl.feed = &informerFeed{c: st}
 	return pl, st
 }
 
@@ -83,8 +86,12 @@ func (v *nodeView) fits(req *request, li int) bool {
 // scoreOf is nodeScore with a whole call's budget.
 func (pl *NICAffinity) scoreOf(v *nodeView, req *request) int64 {
 	steps := maxCallSteps
-	return pl.nodeScore(v, req, &steps)
+	return pl.scoring.nodeScore(v, req, &steps)
 }
 
 // testProfile is the profile the test plugins' metrics count under.
 const testProfile = "test-profile"
+
+// observe feeds the cache an object as its informer edge would (without
+// pods: nothing is confirmed).
+func (c *Cache) observe(o *v1alpha2.NodeResourceTopology) { (&informerFeed{c: c}).observe(o) }

@@ -96,7 +96,7 @@ func TestFilterHostileObject(t *testing.T) {
 			continue
 		}
 		steps := maxCallSteps
-		if score := pl.nodeScore(v, &s.req, &steps); score != 0 {
+		if score := pl.scoring.nodeScore(v, &s.req, &steps); score != 0 {
 			t.Errorf("Score = %d, want 0 (no level proven)", score)
 		}
 		if steps != 0 {

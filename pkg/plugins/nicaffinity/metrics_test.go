@@ -79,7 +79,7 @@ func TestFilterRejectionMetric(t *testing.T) {
 // topology_nodes states as its object changes, and reservations count
 // what is held.
 func TestTopologyAndReservationMetrics(t *testing.T) {
-	st := newCache(0, "nvidia.com/gpu", testProfile)
+	st := newCache(storeConfig{gpuResource: "nvidia.com/gpu", profile: testProfile})
 	usable, unreadable := gauge(t, stateUsable), gauge(t, stateUnreadable)
 	c, err := nrt.Compile(handNRT("m", 0, 1), "nvidia.com/gpu")
 	if err != nil {
@@ -121,7 +121,7 @@ func TestMetricsPerProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := newCache(0, "nvidia.com/gpu", "profile-a"), newCache(0, "nvidia.com/gpu", "profile-b")
+	a, b := newCache(storeConfig{gpuResource: "nvidia.com/gpu", profile: "profile-a"}), newCache(storeConfig{gpuResource: "nvidia.com/gpu", profile: "profile-b"})
 	beforeA, beforeB := profileGauge(t, "profile-a", stateUsable), profileGauge(t, "profile-b", stateUsable)
 	a.set("m", "", c, nil, false)
 	a.set("n", "", c, nil, false)

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	fwk "k8s.io/kube-scheduler/framework"
 
-	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	podreq "github.com/nicaffinity/nicaffinity/pkg/request"
 )
 
@@ -69,9 +68,12 @@ type NICAffinity struct {
 	handle fwk.Handle
 	args   *Args
 	cache  *Cache
-	score  scorer
-	// defaults is the request a pod makes without annotations (level and
-	// policy from args, parsed once); pods that keep them are "common".
+	// feed is the informer edge of the cache (nil for a static cache).
+	feed *informerFeed
+	// scoring is shared with the cache, which precomputes with it.
+	scoring *scoring
+	// defaults is scoring.defaults: the request a pod makes without
+	// annotations.
 	defaults request
 	// reader is how pods are read (pkg/request), from args.
 	reader podreq.Config
@@ -87,21 +89,30 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, err
 	}
-	cache, err := newInformerCache(ctx, h, args)
+	if errs := args.Validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("%s args: %w", Name, errs.ToAggregate())
+	}
+	feed, err := newInformerFeed(ctx, h, args.storeConfig(h.ProfileName()))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	return NewWithCache(args, h, cache)
+	pl, err := NewWithCache(args, h, feed.c)
+	if err != nil {
+		return nil, err
+	}
+	pl.feed = feed
+	return pl, nil
 }
 
-// NewWithCache builds the plugin on a given cache (tests pass a static one).
+// NewWithCache builds the plugin on a given cache (tests and tools pass a
+// static one), which must have been made for these args (storeConfig).
 func NewWithCache(args *Args, h fwk.Handle, cache *Cache) (*NICAffinity, error) {
 	if errs := args.Validate(); len(errs) > 0 {
 		return nil, fmt.Errorf("%s args: %w", Name, errs.ToAggregate())
 	}
-	pl := &NICAffinity{handle: h, args: args, cache: cache, score: strategies[args.ScoringStrategy.Type],
-		defaults: request{maxLevel: args.maxLevel(), required: args.DefaultPolicy == annotations.PolicyRequired, common: true}}
-	pl.reader = args.RequestConfig()
-	cache.setPrecompute(pl.precompute)
-	return pl, nil
+	if cache.scoring == nil {
+		return nil, fmt.Errorf("%s: the cache was not made for the plugin's args", Name)
+	}
+	return &NICAffinity{handle: h, args: args, cache: cache, scoring: cache.scoring, defaults: cache.scoring.defaults,
+		reader: args.RequestConfig()}, nil
 }

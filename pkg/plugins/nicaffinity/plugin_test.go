@@ -798,10 +798,10 @@ func TestAdoptPlan(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, st := newTestPlugin(t, nil, handNRT("n", 0, 1, 2, 3))
-			st.schedulerName = "nicaffinity-scheduler"
+			feed := &informerFeed{c: st, schedulerName: "nicaffinity-scheduler"}
 			p := makePod("p", tc.gpus, map[string]string{annotations.AllocationKey: tc.plan})
 			p.Spec.SchedulerName, p.Spec.NodeName = tc.scheduler, tc.node
-			st.adoptPlan(p)
+			feed.adoptPlan(p)
 			v, _ := st.View("n")
 			if got := v.free.Count(); got != tc.wantFree {
 				t.Errorf("free GPUs after adoption: %d, want %d", got, tc.wantFree)

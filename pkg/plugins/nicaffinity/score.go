@@ -6,6 +6,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -68,33 +69,50 @@ func (pl *NICAffinity) Score(_ context.Context, cycle fwk.CycleState, _ *v1.Pod,
 		return int64(a.plain), nil
 	}
 	steps := maxCallSteps
-	return pl.nodeScore(v, req, &steps), nil
+	return pl.scoring.nodeScore(v, req, &steps), nil
+}
+
+// scoring is how nodes are scored: a pure value made from the args once
+// (the store holds it to precompute views' answers; no callback into the
+// plugin).
+type scoring struct {
+	// defaults is the request a pod makes without annotations (level and
+	// policy from args); pods that keep them are "common".
+	defaults request
+	strategy ScoringStrategy
+	score    scorer
+}
+
+// newScoring is the scoring of valid, defaulted args.
+func newScoring(args *Args) *scoring {
+	return &scoring{defaults: request{maxLevel: args.maxLevel(), required: args.DefaultPolicy == annotations.PolicyRequired, common: true},
+		strategy: args.ScoringStrategy, score: strategies[args.ScoringStrategy.Type]}
 }
 
 // precompute fills a new view's answers for common requests of 1 to
 // len(GPUs)-1 GPUs (a request of every GPU needs no search: Filter passes
 // it, Score gives MaxNodeScore).
-func (pl *NICAffinity) precompute(v *nodeView) {
+func (sc *scoring) precompute(v *nodeView) {
 	n := min(len(v.c.GPUs), maxAnswered)
 	if n < 2 {
 		return
 	}
 	v.answered = n
-	req := pl.defaults
+	req := sc.defaults
 	li := levelIndex(req.maxLevel)
 	for g := 1; g < n; g++ {
 		// Common requests ask for no VFs: nothing here searches.
 		steps := maxCallSteps
 		req.gpus, req.rdma = g, true
-		v.answers[g] = answer{feasible: v.feasible(&req, li, &steps), score: uint8(pl.nodeScore(v, &req, &steps))}
+		v.answers[g] = answer{feasible: v.feasible(&req, li, &steps), score: uint8(sc.nodeScore(v, &req, &steps))}
 		req.rdma = false
-		v.answers[g].plain = uint8(pl.nodeScore(v, &req, &steps))
+		v.answers[g].plain = uint8(sc.nodeScore(v, &req, &steps))
 	}
 }
 
 // nodeScore is Score on a usable view, within the call's search budget
 // *steps, which every level tried shares.
-func (pl *NICAffinity) nodeScore(v *nodeView, req *request, steps *int) int64 {
+func (sc *scoring) nodeScore(v *nodeView, req *request, steps *int) int64 {
 	if req.gpus > len(v.c.GPUs) || !req.rdma && req.gpus == len(v.c.GPUs) {
 		return fwk.MaxNodeScore
 	}
@@ -109,7 +127,7 @@ func (pl *NICAffinity) nodeScore(v *nodeView, req *request, steps *int) int64 {
 	level := int64((len(topology.Levels) - li) * 100 / len(topology.Levels))
 	certainty := int64(100 * v.certainty(req, levelIndex(req.maxLevel)))
 	packing := int64(100 * v.packing(req, v.plan(req, li)))
-	return pl.score(pl.args.ScoringStrategy, level, certainty, packing)
+	return sc.score(sc.strategy, level, certainty, packing)
 }
 
 // ScoreExtensions returns the normalizer.

@@ -1,0 +1,265 @@
+package nicaffinity
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	"github.com/k8stopologyawareschedwg/podfingerprint"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+)
+
+const nodeNameIndex = "nicaffinity.io/spec.nodeName"
+
+// informerFeed is the cache's edge: it waits for the CRD, follows the
+// NodeResourceTopology informer and the scheduler's pod and node
+// informers, decodes what they deliver (objects, plans, pod sets) and
+// hands the store plain values. The store knows none of this.
+type informerFeed struct {
+	c *Cache
+	// pods are the scheduler's pods, indexed by node (nil for a feed
+	// without informers: tests).
+	pods cache.Indexer
+	// schedulerName is the profile's: only its pods' plans are adopted.
+	schedulerName string
+}
+
+// newInformerFeed makes a cache and feeds it from an NRT informer and the
+// scheduler's pod and node informers.
+func newInformerFeed(ctx context.Context, h fwk.Handle, cfg storeConfig) (*informerFeed, error) {
+	// Objects come in unstructured, so that their quantities are checked
+	// as strings (nrt.Decode) before anything parses them.
+	client, err := dynamic.NewForConfig(h.KubeConfig())
+	if err != nil {
+		return nil, err
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(h.KubeConfig())
+	if err != nil {
+		return nil, err
+	}
+	if err := waitForCRD(ctx, disco, crdWait, 2*time.Second); err != nil {
+		return nil, err
+	}
+	c := newCache(cfg)
+	f := &informerFeed{c: c, schedulerName: h.ProfileName()}
+	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()
+	// The fingerprint check lists the pods of one node; an index keeps it
+	// O(pods on the node). If the informer already runs, fall back to a scan.
+	if err := podInformer.AddIndexers(cache.Indexers{nodeNameIndex: func(obj interface{}) ([]string, error) {
+		if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		klog.FromContext(ctx).Info("Pod informer already started; fingerprint checks will scan all pods", "err", err)
+	}
+	f.pods = podInformer.GetIndexer()
+	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		// Plans outlive the scheduler that made them: a restarted scheduler,
+		// or another replica, holds what bound pods were planned to get
+		// until the node's object counts them.
+		AddFunc:    func(obj interface{}) { f.adoptPlan(obj) },
+		UpdateFunc: func(_, obj interface{}) { f.adoptPlan(obj) },
+		DeleteFunc: func(obj interface{}) {
+			if p, ok := deletedObject(obj).(*v1.Pod); ok {
+				c.forgetPod(p.UID)
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj interface{}) {
+			if n, ok := deletedObject(obj).(*v1.Node); ok {
+				c.remove(n.Name)
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
+	informer := factory.ForResource(nrtGVR).Informer()
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { f.update(obj) },
+		UpdateFunc: func(_, obj interface{}) { f.update(obj) },
+		DeleteFunc: func(obj interface{}) {
+			if o, ok := deletedObject(obj).(*unstructured.Unstructured); ok {
+				c.remove(o.GetName())
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return nil, fmt.Errorf("NodeResourceTopology informer (%v) did not sync", typ)
+		}
+	}
+	go func() {
+		tick := time.NewTicker(sweepInterval(cfg.timeout))
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				c.expireDue()
+			}
+		}
+	}()
+	return f, nil
+}
+
+// crdWait is how long the scheduler waits at start for the
+// NodeResourceTopology CRD to be served (installed beside it) before it
+// gives up with an error that says what is missing.
+const crdWait = time.Minute
+
+// waitForCRD polls discovery until the NodeResourceTopology resource is
+// served, for at most wait.
+func waitForCRD(ctx context.Context, disco discovery.DiscoveryInterface, wait, every time.Duration) error {
+	gv := nrtGVR.GroupVersion().String()
+	deadline := time.Now().Add(wait)
+	for {
+		list, err := disco.ServerResourcesForGroupVersion(gv)
+		if err == nil {
+			for _, r := range list.APIResources {
+				if r.Name == nrtGVR.Resource {
+					return nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the NodeResourceTopology CRD (%s.%s, version %s) is not served after %s: install manifests/crds (or the CRD of NFD or scheduler-plugins) first: %v",
+				nrtGVR.Resource, nrtGVR.Group, nrtGVR.Version, wait, err)
+		}
+		klog.FromContext(ctx).Info("Waiting for the NodeResourceTopology CRD to be served", "groupVersion", gv, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(every):
+		}
+	}
+}
+
+// deletedObject unwraps an informer's tombstone.
+func deletedObject(obj interface{}) interface{} {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}
+
+// adoptPlan reserves the planned GPUs of a bound pod this cache holds no
+// reservation for, unless the node's object already counts the pod.
+//
+// A plan is a claim on a node's GPUs, so it is adopted only from a pod of
+// this scheduler and only up to the GPUs the pod requests: a tenant who
+// writes the annotation on a pod of its own (admission refuses that too,
+// docs/security.md) cannot hold a node's GPUs.
+func (f *informerFeed) adoptPlan(obj interface{}) {
+	p, ok := obj.(*v1.Pod)
+	if !ok || p.Spec.NodeName == "" || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+		return
+	}
+	if p.Spec.SchedulerName != f.schedulerName {
+		return
+	}
+	s, ok := p.Annotations[annotations.AllocationKey]
+	if !ok || f.c.holds(p.UID) {
+		return // most updates are of pods this scheduler reserved itself
+	}
+	plan, err := annotations.ParseAllocation(s)
+	if err != nil || plan.Node != p.Spec.NodeName {
+		return
+	}
+	requested := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})[v1.ResourceName(f.c.gpuResource)]
+	if int64(len(plan.GPUs)) > requested.Value() {
+		klog.InfoS("Ignoring a plan larger than the pod's request", "pod", klog.KObj(p), "planned", len(plan.GPUs), "requested", requested.Value())
+		return
+	}
+	fingerprint := ""
+	if f.c.compiledFingerprint(plan.Node) != "" {
+		fingerprint = f.fingerprintOf(plan.Node)
+	}
+	f.c.adopt(plan.Node, p.UID, plan.GPUs, fingerprint)
+}
+
+// nrtGVR is the NodeResourceTopology resource the exporter publishes.
+var nrtGVR = v1alpha2.SchemeGroupVersion.WithResource("noderesourcetopologies")
+
+// update takes an object event, from the plugin's informer or from a
+// queueing hint: unstructured objects are decoded with their quantities
+// checked first (nrt.Decode); a version already held is skipped.
+func (f *informerFeed) update(obj interface{}) {
+	c := f.c
+	if o, ok := obj.(*v1alpha2.NodeResourceTopology); ok {
+		f.observe(o)
+		return
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok || c.has(u.GetName(), u.GetResourceVersion()) {
+		return
+	}
+	o, err := nrt.Decode(u)
+	if err != nil {
+		klog.InfoS("NodeResourceTopology cannot be read; the node counts as topology unknown", "node", u.GetName(), "err", err)
+		c.set(u.GetName(), u.GetResourceVersion(), nil, err, false)
+		return
+	}
+	f.observe(o)
+}
+
+// observe compiles an object unless its version is already in.
+func (f *informerFeed) observe(o *v1alpha2.NodeResourceTopology) {
+	c := f.c
+	if c.has(o.Name, o.ResourceVersion) {
+		return
+	}
+	compiled, err := nrt.Compile(o, c.gpuResource)
+	if err != nil {
+		klog.InfoS("NodeResourceTopology cannot be read; the node counts as topology unknown", "node", o.Name, "err", err)
+	}
+	confirmed := compiled != nil && compiled.Fingerprint != "" && f.pods != nil && compiled.Fingerprint == f.fingerprintOf(o.Name)
+	c.set(o.Name, o.ResourceVersion, compiled, err, confirmed)
+}
+
+// fingerprintOf computes the pod-set fingerprint of the pods the scheduler
+// sees on a node, as the exporter does from the kubelet's list.
+func (f *informerFeed) fingerprintOf(node string) string {
+	if f.pods == nil {
+		return ""
+	}
+	objs, err := f.pods.ByIndex(nodeNameIndex, node)
+	if err != nil {
+		objs = nil
+		for _, o := range f.pods.List() {
+			if p, ok := o.(*v1.Pod); ok && p.Spec.NodeName == node {
+				objs = append(objs, p)
+			}
+		}
+	}
+	fp := podfingerprint.NewFingerprint(len(objs))
+	for _, o := range objs {
+		p, ok := o.(*v1.Pod)
+		if !ok || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+			continue
+		}
+		_ = fp.Add(p.Namespace, p.Name)
+	}
+	return fp.Sign()
+}
