@@ -19,9 +19,9 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 		}
 		return p
 	}
-	badCluster := write("cluster.yaml", "pools:\n- name: h\n  count: -2\n  machine: half-nics\n")
+	badCluster := write("cluster.yaml", "pools:\n- name: h\n  count: -2\n  machine: half-nic-8gpu-2nic\n")
 	badWorkload := write("workload.yaml", "jobs: 4\nload: {from: 0.2, to: 3}\n")
-	noVFs := write("novf.yaml", "pools:\n- {name: h, count: 1, machine: half-nics}\n")
+	noVFs := write("novf.yaml", "pools:\n- {name: h, count: 1, machine: half-nic-8gpu-2nic}\n")
 	profile := write("profile.yaml", "pools:\n- {name: ndv2, count: 1, machine: profile/azure-ndv2-v100-8gpu}\n")
 	eightNoVF := write("eight.yaml", "jobs: 4\nsizes: {8: 1}\nvfShare: 0\n")
 	for _, tc := range []struct {
@@ -38,7 +38,7 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 		{[]string{"simulate", "--scenario", "huge"}, `--scenario "huge": want default or large`},
 		{[]string{"simulate", "--columns", "required+proxy,fastest"}, `--columns: no column "fastest" (known: required+proxy, preferred+proxy, required (advice), default-scheduler, dra generated, dra pcieRoot, dra unconstrained)`},
 		{[]string{"simulate", "--dra", "--cluster", profile, "--workload", eightNoVF}, "pool ndv2: DRA columns need machines read from sysfs: profile/azure-ndv2-v100-8gpu comes from profile azure-ndv2-v100-8gpu, which names no PCIe root complexes"},
-		{[]string{"simulate", "--dra", "--cluster", noVFs, "--workload", eightNoVF}, "column dra generated, jobs of 8 GPUs with a NIC: 8 GPUs, each with an aligned NIC: half-nics has 4 such GPUs"},
+		{[]string{"simulate", "--dra", "--cluster", noVFs, "--workload", eightNoVF}, "column dra generated, jobs of 8 GPUs with a NIC: 8 GPUs, each with an aligned NIC: half-nic-8gpu-2nic has 4 such GPUs"},
 		{[]string{"bench", "--nodes", "0"}, "--nodes and --pods must be positive"},
 		{[]string{"bench", "-o", "yaml"}, `--output "yaml": want text or json`},
 		{[]string{"bench", "--rounds", "0"}, "--rounds 0: want 1 to 100"},

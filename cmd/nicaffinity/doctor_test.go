@@ -10,6 +10,7 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/internal/golden"
 	"github.com/nicaffinity/nicaffinity/pkg/doctor"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
@@ -21,9 +22,9 @@ func runDoctor(t *testing.T, args ...string) (string, error) {
 }
 
 // tree builds a machine under a temporary directory.
-func tree(t *testing.T, build func(*sysfstest.Tree)) string {
+func tree(t *testing.T, build func(*machines.Tree)) string {
 	t.Helper()
-	tr := sysfstest.New(t.TempDir())
+	tr := machines.New(t.TempDir())
 	build(tr)
 	if err := tr.Err(); err != nil {
 		t.Fatal(err)
@@ -125,7 +126,7 @@ func TestDoctorNodeText(t *testing.T) {
 // TestDoctorNodeUnknowns: a tree without module, IOMMU or config-space data
 // (an unprivileged view) gives unknowns, never a guess and never a failure.
 func TestDoctorNodeUnknowns(t *testing.T) {
-	r, err := doctorNode(t, tree(t, sysfstest.HGXH100))
+	r, err := doctorNode(t, tree(t, machines.HGXH100))
 	if err != nil {
 		t.Fatalf("err = %v; report %+v", err, r)
 	}
@@ -143,7 +144,7 @@ func TestDoctorNodeUnknowns(t *testing.T) {
 }
 
 func TestDoctorBadFlags(t *testing.T) {
-	root := tree(t, sysfstest.HGXH100)
+	root := tree(t, machines.HGXH100)
 	for _, tc := range []struct {
 		args []string
 		want string

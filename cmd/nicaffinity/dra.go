@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -13,48 +11,20 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/dra"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/nvmlgpu"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
-// machineShapes are the machine shapes built in as sysfs trees: the
-// published shapes the tests pin levels against, and the half-NIC shape.
-// DRA's pcieRoot needs host bridges, which only sysfs names (NCCL XML
-// groups devices by CPU), so these, not the NCCL XML profiles, are the
-// shapes `dra claims --machine` and `topo --dra --machine` know.
-func machineShapes() map[string]func(*sysfstest.Tree) {
-	out := map[string]func(*sysfstest.Tree){"half-nic-8gpu-2nic": sysfstest.HalfNICs}
-	for _, m := range sysfstest.Machines {
-		out[m.Name] = m.Build
-	}
-	return out
-}
+// machineNames are the catalogue's sysfs shapes (pkg/machines), the names
+// `--machine` lists. DRA's pcieRoot needs host bridges, which only sysfs
+// names (NCCL XML groups devices by CPU); the catalogue's profiles are
+// accepted too, as profile/<name>.
+func machineNames() string { return strings.Join(machines.ShapeNames(), ", ") }
 
-func machineNames() string {
-	var names []string
-	for n := range machineShapes() {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return strings.Join(names, ", ")
-}
-
-// loadMachine reads a built-in shape through the real sysfs reader, from a
-// tree built in a temporary directory.
-func loadMachine(name string) (*topology.Topology, error) {
-	build, ok := machineShapes()[name]
-	if !ok {
-		return nil, fmt.Errorf("unknown machine shape %q: want one of %s", name, machineNames())
-	}
-	dir, err := os.MkdirTemp("", "nicaffinity-machine")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	return sysfstest.Discover(dir, build)
-}
+// loadMachine reads a machine of the catalogue.
+func loadMachine(name string) (*topology.Topology, error) { return machines.Load(name) }
 
 func printDRACheck(w io.Writer, c dra.Check, output string) error {
 	if output == "json" {

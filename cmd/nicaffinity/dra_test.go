@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nicaffinity/nicaffinity/pkg/dra"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 func runCLI(t *testing.T, args ...string) (string, error) {
@@ -91,19 +91,19 @@ func TestDRAClaims(t *testing.T) {
 
 func TestDRAClaimsBadInput(t *testing.T) {
 	gpuOnly := filepath.Join(t.TempDir(), "sys")
-	if _, err := sysfstest.Discover(gpuOnly, func(tr *sysfstest.Tree) { tr.GPU("pci0000:00/0000:00:01.0/0000:01:00.0", 0, "0-7") }); err != nil {
+	if _, err := machines.Discover(gpuOnly, func(tr *machines.Tree) { tr.GPU("pci0000:00/0000:00:01.0/0000:01:00.0", 0, "0-7") }); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--machine", "dgx-z100"}, `unknown machine shape "dgx-z100": want one of `},
+		{[]string{"--machine", "dgx-z100"}, `unknown machine "dgx-z100": want one of `},
 		{[]string{"--sysfs-root", gpuOnly}, "has no RDMA NIC"},
 		{[]string{"--machine", "hgx-h100-8gpu-8nic", "--gpus", "4", "--gpus-per-nic", "4"}, "4 GPUs per NIC is larger than any switch"},
 		{[]string{"--machine", "half-nic-8gpu-2nic"}, "pcieRoot is not enough"},
 		{[]string{"--machine", "hgx-h100-8gpu-8nic,half-nic-8gpu-2nic"}, "on half-nic-8gpu-2nic pcieRoot is not enough"},
-		{[]string{"--machine", "hgx-h100-8gpu-8nic,dgx-z100"}, `unknown machine shape "dgx-z100"`},
+		{[]string{"--machine", "hgx-h100-8gpu-8nic,dgx-z100"}, `unknown machine "dgx-z100"`},
 		{[]string{"--machine", "half-nic-8gpu-2nic", "--gpus", "6", "--derived"}, "6 groups of 1 GPUs, each with its own aligned NIC: half-nic-8gpu-2nic has room for 2"},
 		{[]string{"--machine", "half-nic-8gpu-2nic", "--gpus", "6", "--derived", "--shared-nics"}, "6 GPUs, each with an aligned NIC: half-nic-8gpu-2nic has 4 such GPUs"},
 		{[]string{"--machine", "hgx-h100-8gpu-8nic", "--max-level", "CLOSE"}, "--max-level"},
@@ -128,8 +128,8 @@ func TestDRADocsAgree(t *testing.T) {
 	}
 	row := regexp.MustCompile("(?m)^\\| `([a-z0-9-]+)` \\| (yes|no) \\| (\\d+) \\| (\\d+) \\|")
 	rows := row.FindAllStringSubmatch(string(doc), -1)
-	if len(rows) != len(machineShapes()) {
-		t.Fatalf("docs/dra.md has %d shape rows, there are %d shapes", len(rows), len(machineShapes()))
+	if len(rows) != len(machines.Shapes) {
+		t.Fatalf("docs/dra.md has %d shape rows, there are %d shapes", len(rows), len(machines.Shapes))
 	}
 	for _, r := range rows {
 		topo, err := loadMachine(r[1])
@@ -150,5 +150,21 @@ func TestVersionFlag(t *testing.T) {
 	out, err := runCLI(t, "--version")
 	if err != nil || !strings.HasPrefix(out, "nicaffinity version v0.37.") || !strings.Contains(out, "Kubernetes 1.37") {
 		t.Errorf("--version: %v %q", err, out)
+	}
+}
+
+// TestCLITakesCatalogueNames: topo --machine reads every machine of the
+// catalogue, and dra claims takes every sysfs shape (the names the
+// simulator's pools take: TestPoolsTakeCatalogueNames).
+func TestCLITakesCatalogueNames(t *testing.T) {
+	for _, n := range machines.Names() {
+		if _, err := runCLI(t, "topo", "--machine", n); err != nil {
+			t.Errorf("topo --machine %s: %v", n, err)
+		}
+	}
+	for _, n := range machines.ShapeNames() {
+		if _, err := runCLI(t, "dra", "claims", "--machine", n); err != nil && strings.Contains(err.Error(), "unknown machine") {
+			t.Errorf("dra claims --machine %s: %v", n, err)
+		}
 	}
 }

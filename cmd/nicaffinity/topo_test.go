@@ -11,9 +11,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/nvmlgpu"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/smitest"
 )
 
 type noNVML struct{}
@@ -24,8 +25,8 @@ func (noNVML) Read() (*topology.NVMLData, error) {
 
 func h20Tree(t *testing.T) string {
 	t.Helper()
-	tree := sysfstest.New(t.TempDir())
-	sysfstest.H20(tree)
+	tree := machines.New(t.TempDir())
+	machines.H20(tree)
 	if err := tree.Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestTopoText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := topology.ParseSMIMatrix(out)
+	m, err := smitest.ParseSMIMatrix(out)
 	if err != nil {
 		t.Fatalf("output does not read as a matrix: %v\n%s", err, out)
 	}

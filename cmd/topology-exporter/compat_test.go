@@ -10,11 +10,11 @@ import (
 	"testing"
 
 	"github.com/nicaffinity/nicaffinity/internal/golden"
-	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
+	"github.com/nicaffinity/nicaffinity/internal/podresourcessim"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden objects under test/compat/testdata")
@@ -25,7 +25,7 @@ const gib = int64(1) << 30
 // offers (CPU and memory managers static, CPU 0 reserved) and what pods hold.
 type compatMachine struct {
 	name  string
-	build func(*sysfstest.Tree)
+	build func(*machines.Tree)
 	// memory per NUMA node: MemTotal and what the memory manager offers.
 	memTotal, memAllocatable int64
 	// held: GPU indexes, CPUs and memory (on the GPUs' NUMA node) per pod.
@@ -54,7 +54,7 @@ func cpuRange(from, to int) []int {
 var compatMachines = []compatMachine{
 	{
 		// NUMA 0: GPUs 0-3, CPUs 0-47,96-143; NUMA 1: GPUs 4-7, CPUs 48-95,144-191.
-		name: "hgx-h100", build: sysfstest.HGXH100, memTotal: 256 * gib, memAllocatable: 250 * gib,
+		name: "hgx-h100", build: machines.HGXH100, memTotal: 256 * gib, memAllocatable: 250 * gib,
 		held: []compatPod{
 			{name: "big", gpus: []int{0, 1, 2}, cpus: append(cpuRange(1, 47), cpuRange(96, 108)...), mem: 200 * gib},
 			{name: "small", gpus: []int{4}, cpus: cpuRange(49, 58), mem: 16 * gib},
@@ -63,7 +63,7 @@ var compatMachines = []compatMachine{
 	{
 		// Eight NUMA nodes of 32 CPUs (16n..16n+15, 128+16n..); GPUs 0-1 on
 		// NUMA 3, 2-3 on NUMA 1, 4-5 on NUMA 7, 6-7 on NUMA 5.
-		name: "dgx-a100", build: sysfstest.DGXA100, memTotal: 128 * gib, memAllocatable: 126 * gib,
+		name: "dgx-a100", build: machines.DGXA100, memTotal: 128 * gib, memAllocatable: 126 * gib,
 		held: []compatPod{
 			{name: "held", gpus: []int{0}, cpus: append(cpuRange(48, 63), cpuRange(176, 179)...), mem: 100 * gib},
 		},
@@ -90,7 +90,7 @@ func TestCompatGolden(t *testing.T) {
 
 func compatObject(t *testing.T, m compatMachine, scope string) []byte {
 	t.Helper()
-	tree := sysfstest.New(t.TempDir())
+	tree := machines.New(t.TempDir())
 	m.build(tree)
 	topo, err := discovery.Host{SysfsRoot: tree.Root, NVMLMode: discovery.NVMLOff}.Discover()
 	if err != nil {
@@ -118,7 +118,7 @@ func compatObject(t *testing.T, m compatMachine, scope string) []byte {
 		g := topo.GPUs[i]
 		return devices.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address, NUMANodes: []int{topology.NUMAOf(g.PCI)}}
 	}
-	kubelet := podresourcestest.New(filepath.Join(t.TempDir(), "kubelet.sock"))
+	kubelet := podresourcessim.New(filepath.Join(t.TempDir(), "kubelet.sock"))
 	var offered []devices.Device
 	for i := range topo.GPUs {
 		offered = append(offered, gpu(i))

@@ -11,20 +11,20 @@ import (
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
+	"github.com/nicaffinity/nicaffinity/internal/podresourcessim"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 )
 
 // TestNoPublish is what a user checking a node by hand runs: the object as
 // YAML on stdout, read from a sysfs tree and a (test) kubelet socket.
 func TestNoPublish(t *testing.T) {
-	tree := sysfstest.New(t.TempDir())
-	sysfstest.DGXA100(tree)
+	tree := machines.New(t.TempDir())
+	machines.DGXA100(tree)
 	if err := tree.Err(); err != nil {
 		t.Fatal(err)
 	}
-	kubelet := podresourcestest.New(filepath.Join(t.TempDir(), "kubelet.sock"))
+	kubelet := podresourcessim.New(filepath.Join(t.TempDir(), "kubelet.sock"))
 	kubelet.SetAllocatable([]devices.Device{{Resource: "nvidia.com/gpu", ID: "0000:07:00.0"}})
 	if err := kubelet.Start(); err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	"syscall"
 
 	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
-	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
+	"github.com/nicaffinity/nicaffinity/internal/podresourcessim"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
 )
@@ -32,7 +32,7 @@ func main() {
 	for i := range topo.GPUs {
 		devs = append(devs, devices.Device{Resource: "nvidia.com/gpu", ID: kubeletsim.GPUID(topo, i)})
 	}
-	srv := podresourcestest.New(*socket)
+	srv := podresourcessim.New(*socket)
 	srv.SetAllocatable(devs)
 	if err := srv.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)

@@ -17,17 +17,17 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
 	"github.com/nicaffinity/nicaffinity/pkg/exporter"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 // NodeSpec is one node to simulate.
 type NodeSpec struct {
 	Name string
 	// Machine builds the node's sysfs tree; the exporter discovers it.
-	Machine func(*sysfstest.Tree)
+	Machine func(*machines.Tree)
 	// Topology is used instead when there is no tree (NCCL XML profiles):
 	// the exporter is handed the topology as is.
 	Topology *topology.Topology
@@ -89,7 +89,7 @@ func Start(t ktesting.TB, cp *controlplane.ControlPlane, opts Options, specs ...
 	for i, s := range specs {
 		n := &Node{Name: s.Name, socket: filepath.Join(sockDir, fmt.Sprintf("%d.sock", i)), opts: opts, cluster: c}
 		if s.Machine != nil {
-			tree := sysfstest.New(t.TempDir())
+			tree := machines.New(t.TempDir())
 			s.Machine(tree)
 			if err := tree.Err(); err != nil {
 				t.Fatal(err)

@@ -30,13 +30,13 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 
+	"github.com/nicaffinity/nicaffinity/internal/drasim"
 	"github.com/nicaffinity/nicaffinity/internal/gpualloc"
-	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
+	"github.com/nicaffinity/nicaffinity/internal/podresourcessim"
 	"github.com/nicaffinity/nicaffinity/pkg/allocproxy"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/dra"
-	"github.com/nicaffinity/nicaffinity/pkg/dra/dratest"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -58,7 +58,7 @@ const (
 	Proxy = "proxy"
 	// DRA has no device plugins: stand-ins of the NVIDIA GPU DRA driver
 	// and of a NIC driver publish the node's GPUs and NICs as
-	// ResourceSlices (pkg/dra/dratest, NICs shared between claims), the
+	// ResourceSlices (internal/drasim, NICs shared between claims), the
 	// scheduler's DynamicResources plugin allocates, and the kubelet hands
 	// a pod the devices its allocated claims hold.
 	DRA = "dra"
@@ -92,7 +92,7 @@ type Assignment struct {
 type Kubelet struct {
 	cfg    Config
 	kube   kubernetes.Interface
-	server *podresourcestest.Server
+	server *podresourcessim.Server
 	policy gpuallocator.Policy
 
 	mu       sync.Mutex
@@ -114,7 +114,7 @@ func New(cfg Config, kube kubernetes.Interface) (*Kubelet, error) {
 	if cfg.Policy == "" {
 		cfg.Policy = BestEffort
 	}
-	k := &Kubelet{cfg: cfg, kube: kube, server: podresourcestest.New(cfg.Socket), freeVF: map[string]bool{}, assigned: map[types.UID]Assignment{}, keys: map[types.UID][2]string{}}
+	k := &Kubelet{cfg: cfg, kube: kube, server: podresourcessim.New(cfg.Socket), freeVF: map[string]bool{}, assigned: map[types.UID]Assignment{}, keys: map[types.UID][2]string{}}
 	t := cfg.Topology
 	k.gpus = gpualloc.Devices(t)
 	for range t.GPUs {
@@ -147,7 +147,7 @@ func (k *Kubelet) Start(ctx context.Context) error {
 		return err
 	}
 	if k.cfg.Policy == DRA {
-		for _, s := range dratest.Slices(k.cfg.Name, k.cfg.Topology, dratest.WithSharedNICs()) {
+		for _, s := range drasim.Slices(k.cfg.Name, k.cfg.Topology, drasim.WithSharedNICs()) {
 			if _, err := k.kube.ResourceV1().ResourceSlices().Create(ctx, &s, metav1.CreateOptions{}); err != nil {
 				return fmt.Errorf("node %s: publishing ResourceSlice %s: %w", k.cfg.Name, s.Name, err)
 			}
@@ -507,12 +507,12 @@ func (k *Kubelet) claimed(ctx context.Context, pod *corev1.Pod) (Assignment, err
 	var a Assignment
 	gpuAt := map[string]int{}
 	for i := range k.cfg.Topology.GPUs {
-		gpuAt[dratest.GPUName(i)] = i
+		gpuAt[drasim.GPUName(i)] = i
 	}
 	nicNamed := map[string]string{}
 	for _, n := range k.cfg.Topology.NICs {
 		if n.PhysFn == "" {
-			nicNamed[dratest.NICName(n.Name)] = n.Name
+			nicNamed[drasim.NICName(n.Name)] = n.Name
 		}
 	}
 	for i := range pod.Spec.ResourceClaims {
@@ -536,11 +536,11 @@ func (k *Kubelet) claimed(ctx context.Context, pod *corev1.Pod) (Assignment, err
 				return a, fmt.Errorf("node %s: ResourceClaim %s holds %s, of another node", k.cfg.Name, *name, r)
 			}
 			switch r.Driver {
-			case dratest.GPUDriver:
+			case drasim.GPUDriver:
 				if i, ok := gpuAt[r.Device]; ok && !slices.Contains(a.GPUs, i) {
 					a.GPUs = append(a.GPUs, i)
 				}
-			case dratest.NICDriver:
+			case drasim.NICDriver:
 				if n, ok := nicNamed[r.Device]; ok && !slices.Contains(a.NICs, n) {
 					a.NICs = append(a.NICs, n)
 				}

@@ -18,9 +18,8 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
-	"github.com/nicaffinity/nicaffinity/pkg/nrt/nrttest"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/plugins/nicaffinity"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 // Benchmark is one named micro-benchmark.
@@ -38,14 +37,14 @@ const (
 // calls them once per candidate node. Node shapes: an HGX H100 with some
 // GPUs taken, and an H20 whose VFs sit on two of its NICs.
 var Benchmarks = []Benchmark{
-	{"Filter/h100-2gpu-rdma", filter(sysfstest.HGXH100, pod(2, rdma, "1"), 0, 2, 5)},
-	{"Filter/h100-4gpu-rdma", filter(sysfstest.HGXH100, pod(4, rdma, "1"), 1)},
-	{"Filter/h20-4gpu-2vf", filter(sysfstest.H20SRIOV, pod(4, sriov, "2"))},
-	{"Score/h100-2gpu-rdma", score(sysfstest.HGXH100, pod(2, rdma, "1"), 0, 2, 5)},
+	{"Filter/h100-2gpu-rdma", filter(machines.HGXH100, pod(2, rdma, "1"), 0, 2, 5)},
+	{"Filter/h100-4gpu-rdma", filter(machines.HGXH100, pod(4, rdma, "1"), 1)},
+	{"Filter/h20-4gpu-2vf", filter(machines.H20SRIOV, pod(4, sriov, "2"))},
+	{"Score/h100-2gpu-rdma", score(machines.HGXH100, pod(2, rdma, "1"), 0, 2, 5)},
 	// A pod with its own max level misses the view's precomputed answers
 	// and searches.
-	{"Filter/h100-2gpu-rdma-search", filter(sysfstest.HGXH100, withMaxLevel(pod(2, rdma, "1"), "PIX"), 0, 2, 5)},
-	{"Score/h100-2gpu-rdma-search", score(sysfstest.HGXH100, withMaxLevel(pod(2, rdma, "1"), "PIX"), 0, 2, 5)},
+	{"Filter/h100-2gpu-rdma-search", filter(machines.HGXH100, withMaxLevel(pod(2, rdma, "1"), "PIX"), 0, 2, 5)},
+	{"Score/h100-2gpu-rdma-search", score(machines.HGXH100, withMaxLevel(pod(2, rdma, "1"), "PIX"), 0, 2, 5)},
 	// One call per node in turn over 5000 nodes, as a scheduling cycle
 	// walks them: the views are no longer in the CPU's caches.
 	{"Filter/5000-nodes-1gpu-rdma", manyNodes(5000, pod(1, rdma, "1"), false)},
@@ -54,7 +53,7 @@ var Benchmarks = []Benchmark{
 
 func manyNodes(n int, p *v1.Pod, scoring bool) func(*testing.B) {
 	return func(b *testing.B) {
-		obj := object(b, sysfstest.HGXH100, 0, 2, 5)
+		obj := object(b, machines.HGXH100, 0, 2, 5)
 		objs := make([]*v1alpha2.NodeResourceTopology, n)
 		infos := make([]fwk.NodeInfo, n)
 		for i := range objs {
@@ -111,13 +110,13 @@ func pod(gpus int64, res, n string) *v1.Pod {
 
 // object builds the machine's NodeResourceTopology as the exporter would,
 // with the GPUs at positions used held by another pod; every VF is free.
-func object(b *testing.B, build func(*sysfstest.Tree), used ...int) *v1alpha2.NodeResourceTopology {
+func object(b *testing.B, build func(*machines.Tree), used ...int) *v1alpha2.NodeResourceTopology {
 	dir, err := os.MkdirTemp("", "pluginbench")
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	topo, err := sysfstest.Discover(dir, build)
+	topo, err := machines.Discover(dir, build)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -127,7 +126,7 @@ func object(b *testing.B, build func(*sysfstest.Tree), used ...int) *v1alpha2.No
 			vfs = append(vfs, devices.Device{Resource: sriov, ID: vf})
 		}
 	}
-	obj, problems := nrttest.FromTopology("node", topo, vfs, used...)
+	obj, problems := machines.Object("node", topo, vfs, used...)
 	if len(problems) > 0 {
 		b.Fatal(problems)
 	}
@@ -135,7 +134,7 @@ func object(b *testing.B, build func(*sysfstest.Tree), used ...int) *v1alpha2.No
 }
 
 // setup is the plugin over one node's object, after PreFilter.
-func setup(b *testing.B, build func(*sysfstest.Tree), p *v1.Pod, used ...int) (*nicaffinity.NICAffinity, fwk.CycleState, fwk.NodeInfo) {
+func setup(b *testing.B, build func(*machines.Tree), p *v1.Pod, used ...int) (*nicaffinity.NICAffinity, fwk.CycleState, fwk.NodeInfo) {
 	args := &nicaffinity.Args{}
 	args.SetDefaults()
 	pl, err := nicaffinity.NewWithCache(args, nil, nicaffinity.NewStaticCache(args, object(b, build, used...)))
@@ -153,7 +152,7 @@ func setup(b *testing.B, build func(*sysfstest.Tree), p *v1.Pod, used ...int) (*
 	return pl, cycle, ni
 }
 
-func filter(build func(*sysfstest.Tree), p *v1.Pod, used ...int) func(*testing.B) {
+func filter(build func(*machines.Tree), p *v1.Pod, used ...int) func(*testing.B) {
 	return func(b *testing.B) {
 		pl, cycle, ni := setup(b, build, p, used...)
 		b.ReportAllocs()
@@ -165,7 +164,7 @@ func filter(build func(*sysfstest.Tree), p *v1.Pod, used ...int) func(*testing.B
 	}
 }
 
-func score(build func(*sysfstest.Tree), p *v1.Pod, used ...int) func(*testing.B) {
+func score(build func(*machines.Tree), p *v1.Pod, used ...int) func(*testing.B) {
 	return func(b *testing.B) {
 		pl, cycle, ni := setup(b, build, p, used...)
 		b.ReportAllocs()

@@ -22,10 +22,10 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/internal/runenv"
-	"github.com/nicaffinity/nicaffinity/internal/schedulertest"
+	"github.com/nicaffinity/nicaffinity/internal/schedulerrun"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 // BenchSpec is a scheduler_perf-style measurement.
@@ -122,7 +122,7 @@ func Bench(ctx context.Context, spec BenchSpec, progress io.Writer) (*BenchRepor
 		if err != nil {
 			env.Fatalf("%v", err)
 		}
-		schedulertest.Start(env, cp, sched)
+		schedulerrun.Start(env, cp, sched)
 		// Warm every profile up first, unmeasured: the first batch after
 		// start pays for cold caches and heap growth, which A B B A alone
 		// would charge to A.
@@ -210,11 +210,11 @@ func benchConfig(custom string, under []string) (string, error) {
 	cfg := custom
 	if cfg == "" {
 		var err error
-		if cfg, err = schedulertest.ShippedConfig(); err != nil {
+		if cfg, err = schedulerrun.ShippedConfig(); err != nil {
 			return "", err
 		}
 	}
-	return schedulertest.Edit(cfg, func(doc map[string]any) error {
+	return schedulerrun.Edit(cfg, func(doc map[string]any) error {
 		profiles, _ := doc["profiles"].([]any)
 		for _, want := range under {
 			found := false
@@ -250,7 +250,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // populate creates n GPU nodes with the HGX H100 shape's object.
 func populate(ctx context.Context, cp *controlplane.ControlPlane, n int, dir string, progress io.Writer) error {
-	topo, err := sysfstest.Discover(dir, sysfstest.HGXH100)
+	topo, err := machines.Discover(dir, machines.HGXH100)
 	if err != nil {
 		return err
 	}

@@ -16,9 +16,9 @@ import (
 	"k8s.io/kubernetes/pkg/controller/resourceclaim"
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
+	"github.com/nicaffinity/nicaffinity/internal/drasim"
 	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
 	"github.com/nicaffinity/nicaffinity/pkg/dra"
-	"github.com/nicaffinity/nicaffinity/pkg/dra/dratest"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -147,7 +147,7 @@ func startDRA(ctx context.Context, cp *controlplane.ControlPlane, p *Plan, col C
 		return err
 	}
 	res := cp.Kube.ResourceV1()
-	for _, dc := range dratest.DeviceClasses() {
+	for _, dc := range drasim.DeviceClasses() {
 		if _, err := res.DeviceClasses().Create(ctx, &dc, metav1.CreateOptions{}); err != nil {
 			return err
 		}

@@ -22,11 +22,11 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
 	"github.com/nicaffinity/nicaffinity/internal/runenv"
-	"github.com/nicaffinity/nicaffinity/internal/schedulertest"
+	"github.com/nicaffinity/nicaffinity/internal/schedulerrun"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/dra"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 // Schedulers are the two profiles every simulation compares.
@@ -107,7 +107,7 @@ func Prepare(c ClusterSpec, w WorkloadSpec) (*Plan, error) {
 		}
 		topo := spec.Topology
 		if spec.Machine != nil {
-			if topo, err = sysfstest.Discover(fmt.Sprintf("%s/%d", dir, i), spec.Machine); err != nil {
+			if topo, err = machines.Discover(fmt.Sprintf("%s/%d", dir, i), spec.Machine); err != nil {
 				return nil, fmt.Errorf("pool %s: %w", pool.Name, err)
 			}
 		}
@@ -220,11 +220,11 @@ func Run(ctx context.Context, p *Plan, col Column, progress func(Progress)) (Res
 		if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
 			env.Fatalf("%v", err)
 		}
-		cfg, err := schedulertest.ShippedConfig()
+		cfg, err := schedulerrun.ShippedConfig()
 		if err != nil {
 			env.Fatalf("%v", err)
 		}
-		schedulertest.Start(env, cp, schedulertest.WithDefaultProfile(cfg))
+		schedulerrun.Start(env, cp, schedulerrun.WithDefaultProfile(cfg))
 		if col.Kubelet == kubeletsim.DRA {
 			draCtx, stop := context.WithCancel(ctx)
 			env.Cleanup(stop)

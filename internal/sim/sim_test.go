@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -57,20 +59,20 @@ func TestParseCluster(t *testing.T) {
 		{"not yaml", "pools: [\n", "c.yaml: "},
 		{"empty", "", "c.yaml: empty"},
 		{"no pools", "pools: []\n", "c.yaml:1: pools: no pools"},
-		{"zero count", "pools:\n- name: h\n  count: 0\n  machine: half-nics\n", "c.yaml:3: pools[0].count: 0: want a positive number of nodes"},
-		{"no name", "pools:\n- {count: 1, machine: half-nics}\n", "c.yaml:2: pools[0].name: missing"},
-		{"same name", "pools:\n- {name: a, count: 1, machine: half-nics}\n- {name: a, count: 1, machine: h20-sriov}\n", `c.yaml:3: pools[1].name: "a" names two pools`},
+		{"zero count", "pools:\n- name: h\n  count: 0\n  machine: half-nic-8gpu-2nic\n", "c.yaml:3: pools[0].count: 0: want a positive number of nodes"},
+		{"no name", "pools:\n- {count: 1, machine: half-nic-8gpu-2nic}\n", "c.yaml:2: pools[0].name: missing"},
+		{"same name", "pools:\n- {name: a, count: 1, machine: half-nic-8gpu-2nic}\n- {name: a, count: 1, machine: h20-3e-8gpu-11nic-sriov}\n", `c.yaml:3: pools[1].name: "a" names two pools`},
 		{"unknown machine", "pools:\n- {name: h, count: 1, machine: dgx-z}\n", `c.yaml:2: pools[0].machine: unknown machine "dgx-z"`},
 		{"unknown profile", "pools:\n- name: h\n  count: 1\n  machine: profile/no\n", `c.yaml:4: pools[0].machine: no profile "no"`},
-		{"two machines", "pools:\n- {name: h, count: 1, machine: half-nics, sysfs: /x}\n", "c.yaml:2: pools[0].machine: want exactly one of machine, ncclXML, sysfs"},
+		{"two machines", "pools:\n- {name: h, count: 1, machine: half-nic-8gpu-2nic, sysfs: /x}\n", "c.yaml:2: pools[0].machine: want exactly one of machine, ncclXML, sysfs"},
 		{"none", "pools:\n- {name: h, count: 1}\n", "c.yaml:2: pools[0].machine: want exactly one"},
 		{"missing xml", "pools:\n- {name: h, count: 1, ncclXML: nope.xml}\n", "c.yaml:2: pools[0].ncclXML: open "},
 		{"bad xml", "pools:\n- {name: h, count: 1, ncclXML: c.yaml}\n", "c.yaml:2: pools[0].ncclXML: "},
 		{"sysfs without GPUs", "pools:\n- {name: h, count: 1, sysfs: .}\n", "c.yaml:2: pools[0].sysfs: "},
-		{"unknown field", "pools:\n- {name: h, count: 1, machine: half-nics, gpus: 9}\n", "c.yaml: line 2: field gpus not found"},
+		{"unknown field", "pools:\n- {name: h, count: 1, machine: half-nic-8gpu-2nic, gpus: 9}\n", "c.yaml: line 2: field gpus not found"},
 		{"wrong type", "pools: 3\n", "c.yaml: line 1: cannot unmarshal !!int `3`"},
-		{"huge pool", "pools:\n- {name: h, count: 1000000000, machine: half-nics}\n", "c.yaml:2: pools[0].count: 1000000000: at most 1000 nodes a pool"},
-		{"huge cluster", "pools:\n- {name: a, count: 1000, machine: half-nics}\n- {name: b, count: 1000, machine: half-nics}\n- {name: c, count: 1, machine: half-nics}\n", "c.yaml:4: pools[2].count: the cluster passes 2000 nodes"},
+		{"huge pool", "pools:\n- {name: h, count: 1000000000, machine: half-nic-8gpu-2nic}\n", "c.yaml:2: pools[0].count: 1000000000: at most 1000 nodes a pool"},
+		{"huge cluster", "pools:\n- {name: a, count: 1000, machine: half-nic-8gpu-2nic}\n- {name: b, count: 1000, machine: half-nic-8gpu-2nic}\n- {name: c, count: 1, machine: half-nic-8gpu-2nic}\n", "c.yaml:4: pools[2].count: the cluster passes 2000 nodes"},
 		{"huge file", "pools: []\n#" + strings.Repeat("x", 1<<20), "c.yaml: 1048587 bytes: a spec may have at most 1048576"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -178,7 +180,7 @@ func FuzzParseWorkload(f *testing.F) {
 // FuzzParseCluster: as FuzzParseWorkload, for cluster specs (machines by
 // name only: paths would read the fuzzer's file system).
 func FuzzParseCluster(f *testing.F) {
-	for _, s := range []string{"pools:\n- {name: h, count: 2, machine: half-nics}\n", "pools:\n- {name: h, count: 99999999999, machine: half-nics}\n"} {
+	for _, s := range []string{"pools:\n- {name: h, count: 2, machine: half-nic-8gpu-2nic}\n", "pools:\n- {name: h, count: 99999999999, machine: half-nic-8gpu-2nic}\n"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -256,7 +258,7 @@ func TestPrepare(t *testing.T) {
 	if b.RDMAJobs == 0 || b.Jobs > b.Alignable || b.Alignable > b.RDMAJobs {
 		t.Errorf("bound %+v", b)
 	}
-	noVFs := ClusterSpec{Pools: []Pool{{Name: "h", Count: 1, Machine: "half-nics"}}}
+	noVFs := ClusterSpec{Pools: []Pool{{Name: "h", Count: 1, Machine: "half-nic-8gpu-2nic"}}}
 	if _, err := Prepare(noVFs, DefaultWorkload); err == nil || !strings.Contains(err.Error(), "vfShare 0.1, but no node") {
 		t.Errorf("VF jobs on a cluster without VFs: %v", err)
 	}
@@ -582,7 +584,7 @@ func attr(n *html.Node, key string) string {
 // Which column does better on so few jobs depends on the device plugin's
 // NIC-blind choice (docs/simulate.md).
 func TestRun(t *testing.T) {
-	c := ClusterSpec{Pools: []Pool{{Name: "half", Count: 1, Machine: "half-nics"}, {Name: "h20", Count: 1, Machine: "h20-sriov"}}}
+	c := ClusterSpec{Pools: []Pool{{Name: "half", Count: 1, Machine: "half-nic-8gpu-2nic"}, {Name: "h20", Count: 1, Machine: "h20-3e-8gpu-11nic-sriov"}}}
 	// Hours of workload, an hour a second on the replay's clock.
 	w := WorkloadSpec{Jobs: 8, Sizes: map[int]int{1: 1, 2: 1}, RDMAShare: 0.8, VFShare: 0.3, Interarrival: Duration(12 * time.Minute),
 		MinDuration: Duration(2 * time.Hour), MaxDuration: Duration(3 * time.Hour), MaxWait: Duration(20 * time.Hour),
@@ -692,7 +694,7 @@ func TestDocumentedWorkloads(t *testing.T) {
 //   - pcieRoot: no pair is past PHB (what one root can hold);
 //   - every column ran every job and its pairs add up.
 func TestRunDRA(t *testing.T) {
-	c := ClusterSpec{Pools: []Pool{{Name: "hgx", Count: 1, Machine: "hgx-h100-8gpu-8nic"}, {Name: "half", Count: 1, Machine: "half-nics"}}}
+	c := ClusterSpec{Pools: []Pool{{Name: "hgx", Count: 1, Machine: "hgx-h100-8gpu-8nic"}, {Name: "half", Count: 1, Machine: "half-nic-8gpu-2nic"}}}
 	w := WorkloadSpec{Jobs: 6, Sizes: map[int]int{1: 1, 2: 1}, RDMAShare: 0.7, Interarrival: Duration(12 * time.Minute),
 		MinDuration: Duration(2 * time.Hour), MaxDuration: Duration(3 * time.Hour), MaxWait: Duration(20 * time.Hour),
 		TimeModel: DefaultTimeModel, TimeScale: 3600, Seed: 3}
@@ -761,4 +763,18 @@ func runColumns(t *testing.T, p *Plan, cols []Column, progress [][]Progress) []R
 	}
 	wg.Wait()
 	return results
+}
+
+// TestPoolsTakeCatalogueNames: a pool may name every machine of the
+// catalogue (pkg/machines), by the names the CLI and dra claims take, and a
+// former name gets an error that gives the new one.
+func TestPoolsTakeCatalogueNames(t *testing.T) {
+	for _, n := range machines.Names() {
+		if _, err := (Pool{Name: "p", Count: 1, Machine: n}).node(); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+	if _, err := (Pool{Name: "p", Count: 1, Machine: "half-nics"}).node(); err == nil || !strings.Contains(err.Error(), `is called "half-nic-8gpu-2nic" now`) {
+		t.Errorf("former name: %v", err)
+	}
 }

@@ -18,11 +18,11 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/internal/cluster"
 	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/profiles"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/ncclxml"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 // ClusterSpec is the cluster: pools of identical nodes.
@@ -114,8 +114,8 @@ var (
 		{Name: "h100", Count: 2, Machine: "hgx-h100-8gpu-8nic"},
 		{Name: "a100", Count: 1, Machine: "dgx-a100-8gpu-10nic"},
 		{Name: "ndv2", Count: 1, Machine: "profile/azure-ndv2-v100-8gpu"},
-		{Name: "half", Count: 2, Machine: "half-nics"},
-		{Name: "h20", Count: 1, Machine: "h20-sriov"},
+		{Name: "half", Count: 2, Machine: "half-nic-8gpu-2nic"},
+		{Name: "h20", Count: 1, Machine: "h20-3e-8gpu-11nic-sriov"},
 	}}
 	DefaultWorkload = WorkloadSpec{Jobs: 64, Sizes: map[int]int{1: 4, 2: 3, 4: 2, 8: 1}, RDMAShare: 0.7, VFShare: 0.1,
 		Load: Load{From: 0.3, To: 0.9}, MinDuration: Duration(15 * time.Minute), MaxDuration: Duration(60 * time.Minute),
@@ -146,8 +146,8 @@ var (
 		{Name: "h100", Count: 20, Machine: "hgx-h100-8gpu-8nic"},
 		{Name: "a100", Count: 10, Machine: "dgx-a100-8gpu-10nic"},
 		{Name: "ndv2", Count: 8, Machine: "profile/azure-ndv2-v100-8gpu"},
-		{Name: "half", Count: 18, Machine: "half-nics"},
-		{Name: "h20", Count: 8, Machine: "h20-sriov"},
+		{Name: "half", Count: 18, Machine: "half-nic-8gpu-2nic"},
+		{Name: "h20", Count: 8, Machine: "h20-3e-8gpu-11nic-sriov"},
 	}}
 	LargeWorkload = func() WorkloadSpec {
 		w := DefaultWorkload
@@ -445,35 +445,27 @@ func (p Pool) node() (cluster.NodeSpec, error) {
 		}
 		return cluster.NodeSpec{Topology: t}, nil
 	}
-	if name, ok := strings.CutPrefix(p.Machine, "profile/"); ok {
+	if name, ok := strings.CutPrefix(p.Machine, machines.ProfilePrefix); ok {
 		t, err := profiles.Load(name)
 		if err != nil {
 			return cluster.NodeSpec{}, err
 		}
 		return cluster.NodeSpec{Topology: t}, nil
 	}
-	for _, m := range sysfstest.Machines {
-		if m.Name == p.Machine {
-			return cluster.NodeSpec{Machine: m.Build}, nil
-		}
+	if m, ok := machines.Lookup(p.Machine); ok {
+		return cluster.NodeSpec{Machine: m.Build}, nil
 	}
-	switch p.Machine {
-	case "half-nics":
-		return cluster.NodeSpec{Machine: sysfstest.HalfNICs}, nil
-	case "h20-sriov":
-		return cluster.NodeSpec{Machine: sysfstest.H20SRIOV}, nil
+	if now, ok := renamedMachines[p.Machine]; ok {
+		return cluster.NodeSpec{}, fmt.Errorf("machine %q is called %q now (one name per shape in the CLI, the simulator and dra claims)", p.Machine, now)
 	}
-	return cluster.NodeSpec{}, fmt.Errorf("unknown machine %q (known: %s, profile/<name>; or give ncclXML or sysfs)", p.Machine, strings.Join(MachineNames(), ", "))
+	return cluster.NodeSpec{}, fmt.Errorf("unknown machine %q (known: %s; or give ncclXML or sysfs)", p.Machine, strings.Join(MachineNames(), ", "))
 }
 
-// MachineNames are the bundled sysfs shapes a pool can name.
-func MachineNames() []string {
-	var known []string
-	for _, m := range sysfstest.Machines {
-		known = append(known, m.Name)
-	}
-	return append(known, "half-nics", "h20-sriov")
-}
+// renamedMachines are the simulator's former names of catalogue shapes.
+var renamedMachines = map[string]string{"half-nics": "half-nic-8gpu-2nic", "h20-sriov": "h20-3e-8gpu-11nic-sriov"}
+
+// MachineNames are the catalogue's names a pool can give (pkg/machines).
+func MachineNames() []string { return machines.Names() }
 
 // job is one pod of the workload.
 type job struct {
@@ -539,7 +531,7 @@ func (w WorkloadSpec) check(nodes []nodeInfo) error {
 		}
 	}
 	if w.VFShare > 0 && w.RDMAShare > 0 && !vfs {
-		return fmt.Errorf("workload vfShare %g, but no node of the cluster has SR-IOV VFs (machine h20-sriov has)", w.VFShare)
+		return fmt.Errorf("workload vfShare %g, but no node of the cluster has SR-IOV VFs (machine h20-3e-8gpu-11nic-sriov has)", w.VFShare)
 	}
 	return nil
 }

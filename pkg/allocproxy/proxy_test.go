@@ -25,8 +25,8 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/internal/gpualloc"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 const (
@@ -376,7 +376,7 @@ type env struct {
 // HGX H100: GPU i named GPU-<i> by the device plugin; NIC mlx5_i beside it,
 // each with two VFs 0000:f<i>:00.2 and .3.
 func startEnv(t *testing.T) *env {
-	topo, err := sysfstest.Discover(t.TempDir(), sysfstest.HGXH100)
+	topo, err := machines.Discover(t.TempDir(), machines.HGXH100)
 	if err != nil {
 		t.Fatal(err)
 	}

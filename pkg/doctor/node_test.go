@@ -7,14 +7,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
-func discover(t *testing.T, build func(*sysfstest.Tree)) *topology.Topology {
+func discover(t *testing.T, build func(*machines.Tree)) *topology.Topology {
 	t.Helper()
-	tree := sysfstest.New(t.TempDir())
+	tree := machines.New(t.TempDir())
 	build(tree)
 	if err := tree.Err(); err != nil {
 		t.Fatal(err)
@@ -40,7 +41,7 @@ func find(r Report, layer, name string) *Check {
 func TestNodeChecks(t *testing.T) {
 	tests := []struct {
 		name       string
-		build      func(*sysfstest.Tree)
+		build      func(*machines.Tree)
 		opts       NodeOptions
 		layer      string
 		check      string
@@ -49,35 +50,35 @@ func TestNodeChecks(t *testing.T) {
 		failed     string
 		notChecked string // a layer that must show as skipped
 	}{
-		{name: "RDMA driver loaded, no NIC visible (a VM without passthrough)", build: func(tr *sysfstest.Tree) {
+		{name: "RDMA driver loaded, no NIC visible (a VM without passthrough)", build: func(tr *machines.Tree) {
 			tr.GPU("pci0000:00/0000:00:05.0", 0, "0-15")
 			tr.Module("nvidia", "O")
 			tr.Module("mlx5_ib", "")
 		}, layer: LayerHost, check: "RDMA devices", status: Fail, detail: "though mlx5_ib is loaded: no RDMA-capable NIC is visible", failed: LayerHost, notChecked: LayerGPUDirect},
-		{name: "no RDMA driver", build: func(tr *sysfstest.Tree) {
+		{name: "no RDMA driver", build: func(tr *machines.Tree) {
 			tr.GPU("pci0000:00/0000:00:05.0", 0, "0-15")
 			tr.Module("nvidia", "O")
 		}, layer: LayerHost, check: "RDMA devices", status: Fail, detail: "none in /sys/class/infiniband", failed: LayerHost},
-		{name: "keep going past the failure", build: func(tr *sysfstest.Tree) {
+		{name: "keep going past the failure", build: func(tr *machines.Tree) {
 			tr.GPU("pci0000:00/0000:00:05.0", 0, "0-15")
 			tr.Module("nvidia", "O")
 		}, opts: NodeOptions{KeepGoing: true}, layer: LayerGPUDirect, check: "nvidia-peermem or dma-buf", status: Pass, detail: "dma-buf usable (open kernel module, kernel 6.8.0)", failed: LayerHost},
-		{name: "IOMMU translating: a warning", build: func(tr *sysfstest.Tree) {
+		{name: "IOMMU translating: a warning", build: func(tr *machines.Tree) {
 			sysfstest.ReadyHGXH100()(tr)
 			tr.IOMMU("DMA-FQ", "dmar0")
 		}, layer: LayerGPUDirect, check: "IOMMU", status: Warn, detail: "translating DMA"},
-		{name: "ACS unreadable without root", build: func(tr *sysfstest.Tree) {
+		{name: "ACS unreadable without root", build: func(tr *machines.Tree) {
 			sysfstest.ReadyHGXH100()(tr)
 			tr.WriteBytes("devices/"+"pci0000:10/0000:10:01.0/0000:11:00.0/0000:12:00.0/0000:13:00.0/0000:14:00.0/config", make([]byte, 64))
 		}, layer: LayerGPUDirect, check: "ACS on GPU-NIC paths", status: Unknown, detail: "config space of 1 bridges unreadable"},
-		{name: "RoCE at MTU 1500: a warning", build: func(tr *sysfstest.Tree) {
+		{name: "RoCE at MTU 1500: a warning", build: func(tr *machines.Tree) {
 			sysfstest.ReadyHGXH100()(tr)
 			tr.SetPort("mlx5_0", 1, "link_layer", "Ethernet")
 			tr.GID("mlx5_0", 1, 1, "fe80:0000:0000:0000:0ac0:ebff:fe00:0001", "RoCE v2")
 			tr.WriteFile("class/infiniband/mlx5_0/device/net/net-mlx5_0/mtu", "1500")
 		}, layer: LayerPorts, check: "mlx5_0 port 1", status: Warn, detail: "RoCE v2 GID present"},
-		{name: "half-NIC machine: GPUs without a close NIC are warned about", build: func(tr *sysfstest.Tree) {
-			sysfstest.HalfNICs(tr)
+		{name: "half-NIC machine: GPUs without a close NIC are warned about", build: func(tr *machines.Tree) {
+			machines.HalfNICs(tr)
 			tr.GPUDirectReady()
 		}, layer: LayerTopology, check: "GPU 0 (0000:12:00.0)", status: Warn, detail: "nearest NIC mlx5_0 at PHB"},
 	}

@@ -11,15 +11,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nicaffinity/nicaffinity/internal/drasim"
 	"github.com/nicaffinity/nicaffinity/pkg/dra"
-	"github.com/nicaffinity/nicaffinity/pkg/dra/dratest"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 func hgx(t testing.TB) *topology.Topology {
 	t.Helper()
-	topo, err := sysfstest.Discover(t.TempDir(), sysfstest.HGXH100)
+	topo, err := machines.Discover(t.TempDir(), machines.HGXH100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,13 +44,13 @@ func result(driver, pool, device string) resourcev1.DeviceRequestAllocationResul
 // through the node's slices.
 func TestMapPod(t *testing.T) {
 	topo := hgx(t)
-	slices := dratest.Slices("n1", topo)
+	slices := drasim.Slices("n1", topo)
 	x := dra.IndexSlices(slices, "n1")
 	if len(x.Problems) != 0 {
 		t.Fatalf("problems indexing well-formed slices: %v", x.Problems)
 	}
 	nic0 := strings.ReplaceAll(topo.NICs[0].Name, "_", "-")
-	admin := result(dratest.GPUDriver, "n1", "gpu-7")
+	admin := result(drasim.GPUDriver, "n1", "gpu-7")
 	admin.AdminAccess = ptr.To(true)
 	for _, tc := range []struct {
 		name   string
@@ -58,11 +58,11 @@ func TestMapPod(t *testing.T) {
 		want   dra.PodDevices
 	}{{
 		name:   "a GPU and its NIC in one claim",
-		claims: []*resourcev1.ResourceClaim{claim("c", result(dratest.GPUDriver, "n1", "gpu-0"), result(dratest.NICDriver, "n1", nic0))},
+		claims: []*resourcev1.ResourceClaim{claim("c", result(drasim.GPUDriver, "n1", "gpu-0"), result(drasim.NICDriver, "n1", nic0))},
 		want:   dra.PodDevices{PCI: sortedStrings(topo.GPUs[0].PCI.Address, topo.NICs[0].PCI.Address)},
 	}, {
 		name:   "the same device through two claims counts once",
-		claims: []*resourcev1.ResourceClaim{claim("a", result(dratest.GPUDriver, "n1", "gpu-1")), claim("b", result(dratest.GPUDriver, "n1", "gpu-1"))},
+		claims: []*resourcev1.ResourceClaim{claim("a", result(drasim.GPUDriver, "n1", "gpu-1")), claim("b", result(drasim.GPUDriver, "n1", "gpu-1"))},
 		want:   dra.PodDevices{PCI: []string{topo.GPUs[1].PCI.Address}},
 	}, {
 		name:   "admin access is not the pod's device",
@@ -74,7 +74,7 @@ func TestMapPod(t *testing.T) {
 		want:   dra.PodDevices{},
 	}, {
 		name:   "a device no slice of the node publishes",
-		claims: []*resourcev1.ResourceClaim{claim("c", result(dratest.GPUDriver, "n2", "gpu-0"))},
+		claims: []*resourcev1.ResourceClaim{claim("c", result(drasim.GPUDriver, "n2", "gpu-0"))},
 		want:   dra.PodDevices{Problems: []string{"ResourceClaim default/c holds gpu.nvidia.com/n2/gpu-0, which no ResourceSlice of this node publishes"}},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -162,7 +162,7 @@ func TestIndexSlicesBadInput(t *testing.T) {
 // FuzzIndexSlices: any ResourceSlice list the API could hand over indexes
 // without panicking, and only to normalized PCI addresses.
 func FuzzIndexSlices(f *testing.F) {
-	seed, err := json.Marshal(dratest.Slices("n1", hgx(f)))
+	seed, err := json.Marshal(drasim.Slices("n1", hgx(f)))
 	if err != nil {
 		f.Fatal(err)
 	}

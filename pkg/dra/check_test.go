@@ -3,14 +3,14 @@ package dra
 import (
 	"testing"
 
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/profiles"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
-func machine(t *testing.T, build func(*sysfstest.Tree)) *topology.Topology {
+func machine(t *testing.T, build func(*machines.Tree)) *topology.Topology {
 	t.Helper()
-	topo, err := sysfstest.Discover(t.TempDir(), build)
+	topo, err := machines.Discover(t.TempDir(), build)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,7 +20,7 @@ func machine(t *testing.T, build func(*sysfstest.Tree)) *topology.Topology {
 // TestCheckShapes: the published shapes where sharing a root means PIX or
 // PXB, and the half-NIC shape where 12 of the 16 same-root pairs are PHB.
 func TestCheckShapes(t *testing.T) {
-	for _, m := range sysfstest.Machines {
+	for _, m := range machines.Machines {
 		t.Run(m.Name, func(t *testing.T) {
 			c := CheckTopology(m.Name, machine(t, m.Build), topology.LevelPXB)
 			if !c.Known || !c.Enough || len(c.Unaligned) != 0 || c.SameRoot == 0 {
@@ -29,7 +29,7 @@ func TestCheckShapes(t *testing.T) {
 		})
 	}
 	t.Run("half-nic", func(t *testing.T) {
-		c := CheckTopology("half-nic", machine(t, sysfstest.HalfNICs), topology.LevelPXB)
+		c := CheckTopology("half-nic", machine(t, machines.HalfNICs), topology.LevelPXB)
 		if c.Enough || c.SameRoot != 16 || len(c.Unaligned) != 12 {
 			t.Fatalf("half-nic: %d same-root pairs, %d unaligned, enough %v; want 16, 12, false", c.SameRoot, len(c.Unaligned), c.Enough)
 		}

@@ -8,12 +8,12 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/cel"
 
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 func TestBuildClaimsPCIeRoot(t *testing.T) {
-	c, err := BuildClaims("hgx-h100", machine(t, sysfstest.HGXH100), ClaimOptions{Name: "two-gpus", Namespace: "team-a", GPUs: 2})
+	c, err := BuildClaims("hgx-h100", machine(t, machines.HGXH100), ClaimOptions{Name: "two-gpus", Namespace: "team-a", GPUs: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestBuildClaimsPCIeRoot(t *testing.T) {
 // the derived attribute, compiled and evaluated by the DRA library's CEL,
 // puts each GPU with the NICs it is aligned with and with no other.
 func TestBuildClaimsDerived(t *testing.T) {
-	topo := machine(t, sysfstest.HalfNICs)
+	topo := machine(t, machines.HalfNICs)
 	if _, err := BuildClaims("half-nic", topo, ClaimOptions{Name: "x", GPUs: 1}); err == nil || !strings.Contains(err.Error(), "pcieRoot is not enough (12 of 16 same-root GPU-NIC pairs are past PXB)") {
 		t.Fatalf("without --derived: %v", err)
 	}
@@ -64,8 +64,8 @@ func TestBuildClaimsDerived(t *testing.T) {
 }
 
 func TestBuildClaimsBadInput(t *testing.T) {
-	h100 := machine(t, sysfstest.HGXH100)
-	noNIC := machine(t, func(tr *sysfstest.Tree) { tr.GPU("pci0000:00/0000:00:01.0/0000:01:00.0", 0, "0-7") })
+	h100 := machine(t, machines.HGXH100)
+	noNIC := machine(t, func(tr *machines.Tree) { tr.GPU("pci0000:00/0000:00:01.0/0000:01:00.0", 0, "0-7") })
 	for _, tc := range []struct {
 		name string
 		topo *topology.Topology
@@ -143,8 +143,8 @@ func mixedMachines(t *testing.T) []Machine {
 	var ms []Machine
 	for _, b := range []struct {
 		name  string
-		build func(*sysfstest.Tree)
-	}{{"hgx-h100", sysfstest.HGXH100}, {"dgx-a100", sysfstest.DGXA100}, {"h20", sysfstest.H20SRIOV}, {"half-nic", sysfstest.HalfNICs}} {
+		build func(*machines.Tree)
+	}{{"hgx-h100", machines.HGXH100}, {"dgx-a100", machines.DGXA100}, {"h20", machines.H20SRIOV}, {"half-nic", machines.HalfNICs}} {
 		ms = append(ms, Machine{Name: b.name, Topology: machine(t, b.build)})
 	}
 	return ms
@@ -239,7 +239,7 @@ func TestBuildClaimsNoNIC(t *testing.T) {
 		t.Fatalf("subrequests %+v, %+v", apart, anyGPU)
 	}
 	checkSelector(t, ms, apart.Selectors[0].CEL.Expression, false)
-	noNIC := machine(t, func(tr *sysfstest.Tree) { tr.GPU("pci0000:00/0000:00:01.0/0000:01:00.0", 0, "0-7") })
+	noNIC := machine(t, func(tr *machines.Tree) { tr.GPU("pci0000:00/0000:00:01.0/0000:01:00.0", 0, "0-7") })
 	c, err = BuildClaims("m", noNIC, ClaimOptions{GPUs: 1, NoNIC: true})
 	if err != nil {
 		t.Fatal(err)

@@ -17,26 +17,26 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
-	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
+	"github.com/nicaffinity/nicaffinity/internal/drasim"
+	"github.com/nicaffinity/nicaffinity/internal/podresourcessim"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
-	"github.com/nicaffinity/nicaffinity/pkg/dra/dratest"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 // h20 is the H20 fixture: pairs of GPUs with two (GPU6/7: three) PIX NICs;
 // mlx5_2 down; one VF of mlx5_6 enabled.
 func h20(t *testing.T) (discovery.Host, *topology.Topology) {
 	t.Helper()
-	tree := sysfstest.New(t.TempDir())
-	sysfstest.H20(tree)
+	tree := machines.New(t.TempDir())
+	machines.H20(tree)
 	tree.WriteFile("class/infiniband/mlx5_2/ports/1/state", "1: DOWN")
 	vf := "pci0000:b0/0000:b0:01.0/0000:b1:00.0/0000:b2:08.0/0000:b8:00.2"
-	tree.PCI(vf, sysfstest.Func{Vendor: sysfstest.VendorMellanox, Device: 0x101e, Class: sysfstest.ClassEther, NUMA: 1})
+	tree.PCI(vf, machines.Func{Vendor: machines.VendorMellanox, Device: 0x101e, Class: machines.ClassEther, NUMA: 1})
 	tree.SRIOV("pci0000:b0/0000:b0:01.0/0000:b1:00.0/0000:b2:08.0/0000:b8:00.0", 8, vf)
 	if err := tree.Err(); err != nil {
 		t.Fatal(err)
@@ -143,10 +143,10 @@ func TestRunAuditsDRAClaims(t *testing.T) {
 		Status: corev1.PodStatus{ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "gpu-nic", ResourceClaimName: ptr.To("d-gpu-nic-x7")}}}}
 	claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "d-gpu-nic-x7"},
 		Status: resourcev1.ResourceClaimStatus{Allocation: &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{Results: []resourcev1.DeviceRequestAllocationResult{
-			{Request: "gpu", Driver: dratest.GPUDriver, Pool: "n1", Device: "gpu-0"},
-			{Request: "nic", Driver: dratest.NICDriver, Pool: "n1", Device: "mlx5-6"},
+			{Request: "gpu", Driver: drasim.GPUDriver, Pool: "n1", Device: "gpu-0"},
+			{Request: "nic", Driver: drasim.NICDriver, Pool: "n1", Device: "mlx5-6"},
 		}}}}}
-	kube := newFakeKube(pod).withClaims(claim).withSlices(dratest.Slices("n1", topo)...)
+	kube := newFakeKube(pod).withClaims(claim).withSlices(drasim.Slices("n1", topo)...)
 	pub := &memoryPublisher{}
 	cfg := DefaultConfig("n1")
 	cfg.MinWriteInterval = 50 * time.Millisecond
@@ -199,7 +199,7 @@ func TestBuildDRAOnlyNode(t *testing.T) {
 		}
 		return n
 	}
-	if n := gpuProblems(newFakeKube().withSlices(dratest.Slices("n1", topo)...)); n != 0 {
+	if n := gpuProblems(newFakeKube().withSlices(drasim.Slices("n1", topo)...)); n != 0 {
 		t.Errorf("%d GPUs reported missing on a node whose DRA driver publishes them", n)
 	}
 	if n := gpuProblems(newFakeKube()); n != len(topo.GPUs) {
@@ -325,9 +325,9 @@ func TestRunRetriesRefusedWrites(t *testing.T) {
 
 // startKubelet serves podresources on a unix socket with devs offered and
 // returns the server and a client of it; both stop with the test.
-func startKubelet(t *testing.T, devs []devices.Device) (*podresourcestest.Server, *podresources.Client) {
+func startKubelet(t *testing.T, devs []devices.Device) (*podresourcessim.Server, *podresources.Client) {
 	t.Helper()
-	kubelet := podresourcestest.New(filepath.Join(t.TempDir(), "kubelet.sock"))
+	kubelet := podresourcessim.New(filepath.Join(t.TempDir(), "kubelet.sock"))
 	kubelet.SetAllocatable(devs)
 	if err := kubelet.Start(); err != nil {
 		t.Fatal(err)

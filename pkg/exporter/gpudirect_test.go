@@ -8,17 +8,17 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 // TestVerifyGPUDirect: a pod whose GPU sits at PIX from its NIC but with ACS
 // redirect between them is observed as not aligned, and says why.
 func TestVerifyGPUDirect(t *testing.T) {
-	tree := sysfstest.New(t.TempDir())
-	sysfstest.HGXH100(tree)
+	tree := machines.New(t.TempDir())
+	machines.HGXH100(tree)
 	tree.GPUDirectReady()
 	gpus := tree.GPUAddresses()
 	port := tree.BridgeAbove(gpus[0])

@@ -12,10 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 // blockingPublisher never returns until its context ends, as an apiserver
@@ -166,8 +166,8 @@ func FuzzVerify(f *testing.F) {
 
 // sysfsH20 is h20's topology for a fuzz target (testing.F is no *testing.T).
 func sysfsH20(f *testing.F) *topology.Topology {
-	tree := sysfstest.New(f.TempDir())
-	sysfstest.H20(tree)
+	tree := machines.New(f.TempDir())
+	machines.H20(tree)
 	if err := tree.Err(); err != nil {
 		f.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nicaffinity/nicaffinity/internal/golden"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt/nrttest"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
@@ -17,7 +18,7 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 // TestTopoMatrix: an HGX H100 whose GPUs 1 and 2 are taken and whose GPU 0
 // has ACS redirect to its NIC, as `kubectl nicaffinity topo` prints it.
 func TestTopoMatrix(t *testing.T) {
-	tree := sysfstest.New(t.TempDir())
+	tree := machines.New(t.TempDir())
 	sysfstest.ReadyHGXH100("acs-redirect")(tree)
 	if err := tree.Err(); err != nil {
 		t.Fatal(err)

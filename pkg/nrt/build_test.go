@@ -14,18 +14,18 @@ import (
 
 	goldenfile "github.com/nicaffinity/nicaffinity/internal/golden"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
 // h100 is the HGX H100 fixture with NVML identities: UUIDs GPU-h100-<i>, NV18.
-func h100(t *testing.T, mutate func(*sysfstest.Tree)) *topology.Topology {
+func h100(t *testing.T, mutate func(*machines.Tree)) *topology.Topology {
 	t.Helper()
-	tree := sysfstest.New(t.TempDir())
-	sysfstest.HGXH100(tree)
+	tree := machines.New(t.TempDir())
+	machines.HGXH100(tree)
 	if mutate != nil {
 		mutate(tree)
 	}
@@ -116,7 +116,7 @@ func cost(z v1alpha2.Zone, name string) int64 {
 // from the device plugin (fallen off the bus), mlx5_6 down, and a pod holding
 // a device ID that is no GPU here.
 func TestBuildHGXH100(t *testing.T) {
-	topo := h100(t, func(tree *sysfstest.Tree) {
+	topo := h100(t, func(tree *machines.Tree) {
 		tree.WriteFile("class/infiniband/mlx5_6/ports/1/state", "1: DOWN")
 	})
 	snap := devices.Snapshot{
@@ -227,15 +227,15 @@ func TestBuildGolden(t *testing.T) {
 // TestBuildSRIOV counts VFs per PF and per NUMA node, and a VF of no known PF
 // is a problem, not a crash.
 func TestBuildSRIOV(t *testing.T) {
-	tree := sysfstest.New(t.TempDir())
+	tree := machines.New(t.TempDir())
 	tree.NUMANode(0, "0-7")
 	tree.GPU("pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0", 0, "0-7")
 	pf := "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0"
-	tree.NIC(pf, "mlx5_0", 0, sysfstest.ActiveRoCE)
+	tree.NIC(pf, "mlx5_0", 0, machines.ActiveRoCE)
 	var vfs []string
 	for i := 2; i < 5; i++ {
 		vf := fmt.Sprintf("pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.%d", i)
-		tree.PCI(vf, sysfstest.Func{Vendor: sysfstest.VendorMellanox, Device: 0x101e, Class: sysfstest.ClassEther})
+		tree.PCI(vf, machines.Func{Vendor: machines.VendorMellanox, Device: 0x101e, Class: machines.ClassEther})
 		vfs = append(vfs, vf)
 	}
 	tree.SRIOV(pf, 8, vfs...)

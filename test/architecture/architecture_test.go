@@ -36,3 +36,30 @@ func TestPluginLinksNoGRPC(t *testing.T) {
 		}
 	}
 }
+
+// TestNoProductImportsTestPackages: fixtures and test helpers (packages
+// named *test) are test code; no package of the product, the simulator or
+// the tools imports one. The simulator's stand-ins are simulation code,
+// named *sim, under internal/.
+func TestNoProductImportsTestPackages(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], module+"/test/") || strings.HasSuffix(f[0], "test") {
+			continue
+		}
+		checked++
+		for _, imp := range f[1:] {
+			if strings.HasPrefix(imp, module+"/") && strings.HasSuffix(imp, "test") {
+				t.Errorf("%s imports the test package %s", f[0], imp)
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("only %d packages checked", checked)
+	}
+}

@@ -19,10 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
-	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
+	"github.com/nicaffinity/nicaffinity/internal/podresourcessim"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 // exporterBinary builds cmd/topology-exporter as the images do (see
@@ -55,11 +55,11 @@ func startExporterBinary(tb testing.TB, cp *controlplane.ControlPlane, bin strin
 		tb.Fatal(err)
 	}
 	sysRoot := filepath.Join(dir, "sys")
-	topo, err := sysfstest.Discover(sysRoot, sysfstest.HGXH100)
+	topo, err := machines.Discover(sysRoot, machines.HGXH100)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	kubelet := podresourcestest.New(filepath.Join(dir, "kubelet.sock"))
+	kubelet := podresourcessim.New(filepath.Join(dir, "kubelet.sock"))
 	var offered []devices.Device
 	for _, g := range topo.GPUs {
 		offered = append(offered, devices.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address, NUMANodes: []int{topology.NUMAOf(g.PCI)}})

@@ -17,14 +17,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
-	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
+	"github.com/nicaffinity/nicaffinity/internal/podresourcessim"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/exporter"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 // foreignObject is the object NFD's topology-updater or the Resource
@@ -189,8 +189,8 @@ func TestCoexistence(t *testing.T) {
 // at pod scope.
 func runExporter(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane, nodeName string, resync time.Duration) *exporter.Exporter {
 	t.Helper()
-	tree := sysfstest.New(t.TempDir())
-	sysfstest.HGXH100(tree)
+	tree := machines.New(t.TempDir())
+	machines.HGXH100(tree)
 	tree.NUMAMemory(0, 270000000000/1024, nil)
 	tree.NUMAMemory(1, 270000000000/1024, nil)
 	if err := tree.Err(); err != nil {
@@ -201,7 +201,7 @@ func runExporter(t *testing.T, ctx context.Context, cp *controlplane.ControlPlan
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubelet := podresourcestest.New(filepath.Join(t.TempDir(), "kubelet.sock"))
+	kubelet := podresourcessim.New(filepath.Join(t.TempDir(), "kubelet.sock"))
 	var offered []devices.Device
 	for _, g := range topo.GPUs {
 		offered = append(offered, devices.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address, NUMANodes: []int{topology.NUMAOf(g.PCI)}})

@@ -25,6 +25,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
 	"github.com/nicaffinity/nicaffinity/pkg/doctor"
 	"github.com/nicaffinity/nicaffinity/pkg/kubectlplugin"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
@@ -37,11 +38,11 @@ import (
 // throughout.
 func TestE2EGPUDirectACS(t *testing.T) {
 	nicaffinity := buildNicaffinity(t)
-	var tree *sysfstest.Tree
+	var tree *machines.Tree
 	opts := cluster.DefaultOptions()
 	opts.ResyncPeriod = 500 * time.Millisecond
 	opts.MinWriteInterval = 100 * time.Millisecond
-	e := startEnvWith(t, opts, cluster.NodeSpec{Name: "acs", Policy: kubeletsim.BestEffort, Machine: func(tr *sysfstest.Tree) {
+	e := startEnvWith(t, opts, cluster.NodeSpec{Name: "acs", Policy: kubeletsim.BestEffort, Machine: func(tr *machines.Tree) {
 		sysfstest.ReadyHGXH100("acs-redirect")(tr)
 		tree = tr
 	}})

@@ -17,11 +17,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nicaffinity/nicaffinity/internal/cluster"
+	"github.com/nicaffinity/nicaffinity/internal/drasim"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/dra"
-	"github.com/nicaffinity/nicaffinity/pkg/dra/dratest"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 // TestE2EDRA: stand-ins of the NVIDIA GPU DRA driver and dranet publish the
@@ -36,17 +36,17 @@ import (
 func TestE2EDRA(t *testing.T) {
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.DRADerivedAttributes, true)
 	e := startEnv(t,
-		cluster.NodeSpec{Name: "hgx", Machine: sysfstest.HGXH100},
-		cluster.NodeSpec{Name: "half", Machine: sysfstest.HalfNICs})
+		cluster.NodeSpec{Name: "hgx", Machine: machines.HGXH100},
+		cluster.NodeSpec{Name: "half", Machine: machines.HalfNICs})
 	ctx := context.Background()
 	res := e.cp.Kube.ResourceV1()
-	for _, dc := range dratest.DeviceClasses() {
+	for _, dc := range drasim.DeviceClasses() {
 		if _, err := res.DeviceClasses().Create(ctx, &dc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, name := range []string{"hgx", "half"} {
-		for _, s := range dratest.Slices(name, e.cl.Nodes[name].Topology) {
+		for _, s := range drasim.Slices(name, e.cl.Nodes[name].Topology) {
 			if _, err := res.ResourceSlices().Create(ctx, &s, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}

@@ -19,9 +19,9 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/cluster"
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
-	"github.com/nicaffinity/nicaffinity/internal/schedulertest"
+	"github.com/nicaffinity/nicaffinity/internal/schedulerrun"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 )
 
 // env is a control plane, simulated nodes with real exporters, and the real
@@ -44,11 +44,11 @@ func startEnvWith(t *testing.T, opts cluster.Options, specs ...cluster.NodeSpec)
 	for _, s := range specs {
 		e.waitNRT(t, s.Name, func(*v1alpha2.NodeResourceTopology) bool { return true })
 	}
-	cfg, err := schedulertest.ShippedConfig()
+	cfg, err := schedulerrun.ShippedConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.stopSched = schedulertest.Start(t, cp, schedulertest.WithDefaultProfile(cfg))
+	e.stopSched = schedulerrun.Start(t, cp, schedulerrun.WithDefaultProfile(cfg))
 	return e
 }
 
@@ -56,11 +56,11 @@ func startEnvWith(t *testing.T, opts cluster.Options, specs ...cluster.NodeSpec)
 func (e *env) restartScheduler(t *testing.T) {
 	t.Helper()
 	e.stopSched()
-	cfg, err := schedulertest.ShippedConfig()
+	cfg, err := schedulerrun.ShippedConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.stopSched = schedulertest.Start(t, e.cp, schedulertest.WithDefaultProfile(cfg))
+	e.stopSched = schedulerrun.Start(t, e.cp, schedulerrun.WithDefaultProfile(cfg))
 }
 
 func (e *env) waitNRT(t *testing.T, node string, cond func(*v1alpha2.NodeResourceTopology) bool) {
@@ -155,7 +155,7 @@ func (e *env) observed(t *testing.T, name string) annotations.Observed {
 func halfNICNodes(names ...string) []cluster.NodeSpec {
 	var out []cluster.NodeSpec
 	for _, n := range names {
-		out = append(out, cluster.NodeSpec{Name: n, Machine: sysfstest.HalfNICs, Policy: kubeletsim.BestEffort})
+		out = append(out, cluster.NodeSpec{Name: n, Machine: machines.HalfNICs, Policy: kubeletsim.BestEffort})
 	}
 	return out
 }
@@ -205,7 +205,7 @@ func TestE2ENICLessSwitches(t *testing.T) {
 // at its own NIC's PIX on an HGX H100) and runs aligned; an 8-GPU pod
 // without RDMA is not the plugin's business: scheduled, no plan.
 func TestE2EWholeNode(t *testing.T) {
-	e := startEnv(t, cluster.NodeSpec{Name: "h100", Machine: sysfstest.HGXH100}, cluster.NodeSpec{Name: "h100-b", Machine: sysfstest.HGXH100})
+	e := startEnv(t, cluster.NodeSpec{Name: "h100", Machine: machines.HGXH100}, cluster.NodeSpec{Name: "h100-b", Machine: machines.HGXH100})
 	e.submit(t, "whole", 8, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
 	pod := e.waitRunning(t, "whole")
 	plan, err := annotations.ParseAllocation(pod.Annotations[annotations.AllocationKey])
@@ -228,7 +228,7 @@ func TestE2EWholeNode(t *testing.T) {
 func TestE2EBurst(t *testing.T) {
 	var specs []cluster.NodeSpec
 	for i := 0; i < 4; i++ {
-		specs = append(specs, cluster.NodeSpec{Name: fmt.Sprintf("h100-%d", i), Machine: sysfstest.HGXH100, Policy: kubeletsim.Planned})
+		specs = append(specs, cluster.NodeSpec{Name: fmt.Sprintf("h100-%d", i), Machine: machines.HGXH100, Policy: kubeletsim.Planned})
 	}
 	e := startEnv(t, specs...)
 	var wg sync.WaitGroup
@@ -256,7 +256,7 @@ func TestE2EBurst(t *testing.T) {
 func TestE2EProxy(t *testing.T) {
 	var specs []cluster.NodeSpec
 	for i := 0; i < 3; i++ {
-		specs = append(specs, cluster.NodeSpec{Name: fmt.Sprintf("half-%d", i), Machine: sysfstest.HalfNICs, Policy: kubeletsim.Proxy})
+		specs = append(specs, cluster.NodeSpec{Name: fmt.Sprintf("half-%d", i), Machine: machines.HalfNICs, Policy: kubeletsim.Proxy})
 	}
 	e := startEnv(t, specs...)
 	var names []string
@@ -296,7 +296,7 @@ func (e *env) checkPlansDisjointAndFollowed(t *testing.T, names []string) {
 // stopped) or garbled is "topology unknown": required pods are rejected there
 // with the reason, and placed once the exporter publishes again.
 func TestE2ETopologyUnavailable(t *testing.T) {
-	e := startEnv(t, cluster.NodeSpec{Name: "gone", Machine: sysfstest.HGXH100}, cluster.NodeSpec{Name: "garbled", Machine: sysfstest.HGXH100})
+	e := startEnv(t, cluster.NodeSpec{Name: "gone", Machine: machines.HGXH100}, cluster.NodeSpec{Name: "garbled", Machine: machines.HGXH100})
 	ctx := context.Background()
 	e.cl.Nodes["gone"].StopExporter()
 	if err := e.cp.NRT.TopologyV1alpha2().NodeResourceTopologies().Delete(ctx, "gone", metav1.DeleteOptions{}); err != nil {
@@ -370,8 +370,8 @@ func TestE2ESchedulerRestart(t *testing.T) {
 	opts := cluster.DefaultOptions()
 	opts.MinWriteInterval = 15 * time.Second
 	e := startEnvWith(t, opts,
-		cluster.NodeSpec{Name: "h100-a", Machine: sysfstest.HGXH100, Policy: kubeletsim.Planned},
-		cluster.NodeSpec{Name: "h100-b", Machine: sysfstest.HGXH100, Policy: kubeletsim.Planned})
+		cluster.NodeSpec{Name: "h100-a", Machine: machines.HGXH100, Policy: kubeletsim.Planned},
+		cluster.NodeSpec{Name: "h100-b", Machine: machines.HGXH100, Policy: kubeletsim.Planned})
 	for i := 0; i < 4; i++ {
 		e.submit(t, fmt.Sprintf("before-%d", i), 1, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
 	}
@@ -395,7 +395,7 @@ func TestE2ESchedulerRestart(t *testing.T) {
 // GPUs 6,7), two each. Two 1-GPU pods with one VF take mlx5_0's VFs; the next
 // two go where free VFs sit next to free GPUs: GPUs 6,7 with mlx5_6.
 func TestE2ESRIOV(t *testing.T) {
-	e := startEnv(t, cluster.NodeSpec{Name: "h20", Machine: sysfstest.H20SRIOV, Policy: kubeletsim.Planned})
+	e := startEnv(t, cluster.NodeSpec{Name: "h20", Machine: machines.H20SRIOV, Policy: kubeletsim.Planned})
 	nics := map[string]int{}
 	for i := 0; i < 4; i++ {
 		name := fmt.Sprintf("vf-%d", i)
@@ -421,7 +421,7 @@ func TestE2ESRIOV(t *testing.T) {
 // TestE2ENonRDMAFirst: pods without RDMA take the GPUs without a NIC and leave
 // the NIC-bearing switches whole for RDMA pods.
 func TestE2ENonRDMAFirst(t *testing.T) {
-	e := startEnv(t, cluster.NodeSpec{Name: "half", Machine: sysfstest.HalfNICs, Policy: kubeletsim.Planned})
+	e := startEnv(t, cluster.NodeSpec{Name: "half", Machine: machines.HalfNICs, Policy: kubeletsim.Planned})
 	for i := 0; i < 2; i++ {
 		name := fmt.Sprintf("cpu-job-%d", i)
 		e.submit(t, name, 2, podOpts{scheduler: "nicaffinity-scheduler"})
@@ -445,7 +445,7 @@ func TestE2ENonRDMAFirst(t *testing.T) {
 // pod waits with the reason; when that job ends, the exporter publishes the
 // freed GPUs and the pod is placed on them without anyone touching it.
 func TestE2ECapacityFrees(t *testing.T) {
-	e := startEnv(t, cluster.NodeSpec{Name: "half", Machine: sysfstest.HalfNICs, Policy: kubeletsim.Planned})
+	e := startEnv(t, cluster.NodeSpec{Name: "half", Machine: machines.HalfNICs, Policy: kubeletsim.Planned})
 	plan := annotations.Marshal(annotations.Allocation{Node: "half", GPUs: []string{"0000:32:00.0", "0000:33:00.0", "0000:42:00.0", "0000:43:00.0"}})
 	// A pod this scheduler placed earlier (bound here directly, with its
 	// plan): the scheduler holds its GPUs from the plan until the node's

@@ -15,21 +15,21 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
-	"github.com/nicaffinity/nicaffinity/internal/podresourcestest"
+	"github.com/nicaffinity/nicaffinity/internal/podresourcessim"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/exporter"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 const node = "gpu-node-1"
 
 type exporterEnv struct {
 	cp      *controlplane.ControlPlane
-	kubelet *podresourcestest.Server
+	kubelet *podresourcessim.Server
 	topo    *topology.Topology
 	cancel  context.CancelFunc
 	done    chan error
@@ -40,8 +40,8 @@ type exporterEnv struct {
 func startExporter(t *testing.T, resync time.Duration) *exporterEnv {
 	t.Helper()
 	env := &exporterEnv{cp: controlplane.Start(t)}
-	tree := sysfstest.New(t.TempDir())
-	sysfstest.HGXH100(tree)
+	tree := machines.New(t.TempDir())
+	machines.HGXH100(tree)
 	tree.WriteFile("class/infiniband/mlx5_3/ports/1/state", "1: DOWN")
 	if err := tree.Err(); err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func startExporter(t *testing.T, resync time.Duration) *exporterEnv {
 	if env.topo, err = disc.Discover(); err != nil {
 		t.Fatal(err)
 	}
-	env.kubelet = podresourcestest.New(filepath.Join(t.TempDir(), "kubelet.sock"))
+	env.kubelet = podresourcessim.New(filepath.Join(t.TempDir(), "kubelet.sock"))
 	var offered []devices.Device
 	for _, g := range env.topo.GPUs {
 		offered = append(offered, devices.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address, NUMANodes: []int{topology.NUMAOf(g.PCI)}})

@@ -16,8 +16,8 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/cluster"
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
-	"github.com/nicaffinity/nicaffinity/internal/schedulertest"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+	"github.com/nicaffinity/nicaffinity/internal/schedulerrun"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -40,12 +40,12 @@ func TestLeaderElection(t *testing.T) {
 	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cluster.Start(t, cp, cluster.DefaultOptions(), cluster.NodeSpec{Name: "h100", Machine: sysfstest.HGXH100, Policy: kubeletsim.Planned})
+	cluster.Start(t, cp, cluster.DefaultOptions(), cluster.NodeSpec{Name: "h100", Machine: machines.HGXH100, Policy: kubeletsim.Planned})
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := schedulertest.ShippedConfig()
+	cfg, err := schedulerrun.ShippedConfig()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,12 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
-	"github.com/nicaffinity/nicaffinity/internal/schedulertest"
+	"github.com/nicaffinity/nicaffinity/internal/schedulerrun"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt/nrttest"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 func gpuNode(t *testing.T, cp *controlplane.ControlPlane, name string) {
@@ -83,11 +83,11 @@ func TestSchedulerPlacesNextToNICs(t *testing.T) {
 	createNRT(t, cp, nrttest.HalfNICs("nics-taken", 4, 5, 6, 7))
 	gpuNode(t, cp, "nics-free")
 	createNRT(t, cp, nrttest.HalfNICs("nics-free", 0, 1, 2, 3, 4, 5, 6, 7))
-	cfg, err := schedulertest.ShippedConfig()
+	cfg, err := schedulerrun.ShippedConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	schedulertest.Start(t, cp, cfg)
+	schedulerrun.Start(t, cp, cfg)
 
 	if _, err := cp.Kube.CoreV1().Pods("default").Create(ctx, rdmaPod("one-gpu", 1, nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestSchedulerPlacesNextToNICs(t *testing.T) {
 	t.Logf("FailedScheduling: %s", msg)
 
 	// An HGX H100 node joins (every GPU PIX to a NIC): the pod goes there.
-	topo, err := sysfstest.Discover(t.TempDir(), sysfstest.HGXH100)
+	topo, err := machines.Discover(t.TempDir(), machines.HGXH100)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,27 +11,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
-// FromTopology is the object the exporter would publish for topo: every GPU
-// offered by bus ID, plus extra devices, and the GPUs at positions used held
-// by another pod.
+// FromTopology is machines.Object: the object the exporter would publish
+// for topo, the GPUs at positions used held by another pod.
 func FromTopology(node string, topo *topology.Topology, extra []devices.Device, used ...int) (*v1alpha2.NodeResourceTopology, []nrt.Problem) {
-	snap := devices.Snapshot{Allocatable: extra}
-	holder := devices.Pod{Namespace: "other", Name: "holder"}
-	for i, g := range topo.GPUs {
-		d := devices.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address}
-		snap.Allocatable = append(snap.Allocatable, d)
-		for _, u := range used {
-			if u == i {
-				holder.Devices = append(holder.Devices, d)
-			}
-		}
-	}
-	snap.Pods = []devices.Pod{holder}
-	return nrt.Build(nrt.Input{Node: node, Topology: topo, Snapshot: snap, Resources: nrt.DefaultResources()})
+	return machines.Object(node, topo, extra, used...)
 }
 
 // Builder builds an object by hand.

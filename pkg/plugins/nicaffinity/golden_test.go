@@ -12,7 +12,7 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/internal/golden"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")
@@ -26,10 +26,10 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 // to change decisions, and say so in the commit.
 func TestDecisionsGolden(t *testing.T) {
 	objs := []*v1alpha2.NodeResourceTopology{handNRT("half", 0, 1, 2, 3, 4, 5, 6, 7), handNRT("half-used", 2, 3, 6, 7), hostileNRT("hostile")}
-	for _, m := range sysfstest.Machines {
+	for _, m := range machines.Machines {
 		objs = append(objs, machineNRT(t, m.Name, m.Build), machineNRT(t, m.Name+"-used", m.Build, 0, 3, 5))
 	}
-	objs = append(objs, machineNRT(t, "h20-sriov", sysfstest.H20SRIOV, 1))
+	objs = append(objs, machineNRT(t, "h20-sriov", machines.H20SRIOV, 1))
 	type podCase struct {
 		name  string
 		gpus  int64

@@ -10,18 +10,18 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 // readyNRT publishes an HGX H100 whose GPUDirect facts are all readable and
 // good, after breaking it with brk (nil: not broken), on kernel 6.8, with
 // every GPU but GPU 0 taken.
-func readyNRT(t *testing.T, node string, brk func(*sysfstest.Tree)) *v1alpha2.NodeResourceTopology {
+func readyNRT(t *testing.T, node string, brk func(*machines.Tree)) *v1alpha2.NodeResourceTopology {
 	t.Helper()
-	tree := sysfstest.New(t.TempDir())
-	sysfstest.HGXH100(tree)
+	tree := machines.New(t.TempDir())
+	machines.HGXH100(tree)
 	tree.GPUDirectReady()
 	if brk != nil {
 		brk(tree)
@@ -38,23 +38,23 @@ func readyNRT(t *testing.T, node string, brk func(*sysfstest.Tree)) *v1alpha2.No
 
 // acsAboveGPU0 turns ACS redirect on at the downstream port GPU 0 hangs
 // from: between GPU 0 and its PIX NIC.
-func acsAboveGPU0(ctrl uint16) func(*sysfstest.Tree) {
-	return func(tr *sysfstest.Tree) { tr.ACS(tr.BridgeAbove(tr.GPUAddresses()[0]), ctrl) }
+func acsAboveGPU0(ctrl uint16) func(*machines.Tree) {
+	return func(tr *machines.Tree) { tr.ACS(tr.BridgeAbove(tr.GPUAddresses()[0]), ctrl) }
 }
 
 // TestFilterGPUDirect: a path on which GPUDirect RDMA cannot run is not
 // aligned under required, whatever its PCIe level, and the reason names
 // the cause.
 func TestFilterGPUDirect(t *testing.T) {
-	noPeerMem := func(taint string) func(*sysfstest.Tree) {
-		return func(tr *sysfstest.Tree) {
+	noPeerMem := func(taint string) func(*machines.Tree) {
+		return func(tr *machines.Tree) {
 			tr.RemoveModule("nvidia_peermem")
 			tr.Module("nvidia", taint)
 		}
 	}
 	tests := []struct {
 		name     string
-		brk      func(*sysfstest.Tree)
+		brk      func(*machines.Tree)
 		maxLevel string
 		wantCode fwk.Code
 		wantMsg  string
@@ -67,11 +67,11 @@ func TestFilterGPUDirect(t *testing.T) {
 		{name: "no peermem, proprietary driver", brk: noPeerMem("POE"),
 			wantCode: fwk.UnschedulableAndUnresolvable, wantMsg: "GPUDirect RDMA impossible on closer paths: nvidia-peermem not loaded and dma-buf not usable"},
 		{name: "no peermem, open driver on 6.8: dma-buf", brk: noPeerMem("OE")},
-		{name: "RoCE port without a v2 GID", brk: func(tr *sysfstest.Tree) {
+		{name: "RoCE port without a v2 GID", brk: func(tr *machines.Tree) {
 			tr.SetPort("mlx5_0", 1, "link_layer", "Ethernet")
 			tr.GID("mlx5_0", 1, 0, "fe80:0000:0000:0000:0ac0:ebff:fe00:0001", "IB/RoCE v1")
 		}, wantCode: fwk.Unschedulable, wantMsg: "no RoCE v2 GID on mlx5_0 port 1"},
-		{name: "RoCE port with a v2 GID", brk: func(tr *sysfstest.Tree) {
+		{name: "RoCE port with a v2 GID", brk: func(tr *machines.Tree) {
 			tr.SetPort("mlx5_0", 1, "link_layer", "Ethernet")
 			tr.GID("mlx5_0", 1, 3, "0000:0000:0000:0000:0000:ffff:0a00:0001", "RoCE v2")
 		}},

@@ -10,17 +10,17 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt/nrttest"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 // machineNRT publishes a fixture machine's object through the real schema,
 // with the GPUs at positions used taken by a pod.
-func machineNRT(t testing.TB, node string, build func(*sysfstest.Tree), used ...int) *v1alpha2.NodeResourceTopology {
+func machineNRT(t testing.TB, node string, build func(*machines.Tree), used ...int) *v1alpha2.NodeResourceTopology {
 	t.Helper()
-	topo, err := sysfstest.Discover(t.TempDir(), build)
+	topo, err := machines.Discover(t.TempDir(), build)
 	if err != nil {
 		t.Fatal(err)
 	}

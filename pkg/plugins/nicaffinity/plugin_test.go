@@ -22,9 +22,9 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 func TestPreFilter(t *testing.T) {
@@ -75,8 +75,8 @@ type podSpec struct {
 }
 
 func TestFilter(t *testing.T) {
-	h100 := machineNRT(t, "h100", sysfstest.HGXH100)
-	dgx := machineNRT(t, "dgx-a100", sysfstest.DGXA100)
+	h100 := machineNRT(t, "h100", machines.HGXH100)
+	dgx := machineNRT(t, "dgx-a100", machines.DGXA100)
 	tests := []struct {
 		name     string
 		objs     []*v1alpha2.NodeResourceTopology
@@ -150,8 +150,8 @@ func sriovNRT(t *testing.T, freeVFs0, freeVFs6 int) *v1alpha2.NodeResourceTopolo
 }
 
 func sriovNRTFor(t testing.TB, freeVFs0, freeVFs6 int) *v1alpha2.NodeResourceTopology {
-	tree := sysfstest.New(t.TempDir())
-	sysfstest.H20(tree)
+	tree := machines.New(t.TempDir())
+	machines.H20(tree)
 	const res = "openshift.io/sriov_highnet"
 	var extra []devices.Device
 	used := devices.Pod{Namespace: "o", Name: "vf-holder"}
@@ -165,7 +165,7 @@ func sriovNRTFor(t testing.TB, freeVFs0, freeVFs6 int) *v1alpha2.NodeResourceTop
 		var vfs []string
 		for f := 2; f < 4; f++ {
 			vf := pf.path + "." + string(rune('0'+f))
-			tree.PCI(vf, sysfstest.Func{Vendor: sysfstest.VendorMellanox, Device: 0x101e, Class: sysfstest.ClassEther, NUMA: pf.numa})
+			tree.PCI(vf, machines.Func{Vendor: machines.VendorMellanox, Device: 0x101e, Class: machines.ClassEther, NUMA: pf.numa})
 			vfs = append(vfs, vf)
 			d := devices.Device{Resource: res, ID: pf.bus + "." + string(rune('0'+f))}
 			extra = append(extra, d)
@@ -454,7 +454,7 @@ func TestPrecomputedAnswers(t *testing.T) {
 		}
 		objs = append(objs, handNRT(fmt.Sprint("half-", mask), free...))
 	}
-	objs = append(objs, machineNRT(t, "h100", sysfstest.HGXH100, 1, 2, 6))
+	objs = append(objs, machineNRT(t, "h100", machines.HGXH100, 1, 2, 6))
 	for _, strategy := range []string{StrategyBalanced, StrategyMostAligned} {
 		pl, st := newTestPlugin(t, func(a *Args) { a.ScoringStrategy.Type = strategy }, objs...)
 		checked := 0
@@ -510,7 +510,7 @@ func TestPrecomputedAnswers(t *testing.T) {
 
 // sixteenGPUs is HalfNICs doubled: eight switches of two GPUs, a NIC on
 // every other switch (GPUs 2,3, 6,7, 10,11, 14,15 have one).
-func sixteenGPUs(t *sysfstest.Tree) {
+func sixteenGPUs(t *machines.Tree) {
 	t.NUMANode(0, "0-63")
 	for sw := 0; sw < 8; sw++ {
 		b := 0x10 + 0x10*sw
@@ -610,7 +610,7 @@ func TestStateOfOtherCycles(t *testing.T) {
 // follows reservations and nodes going away.
 func TestPreScoreSkipsUniformScores(t *testing.T) {
 	all := []*v1alpha2.NodeResourceTopology{
-		machineNRT(t, "h100-a", sysfstest.HGXH100), machineNRT(t, "h100-b", sysfstest.HGXH100, 0, 3), machineNRT(t, "h100-c", sysfstest.HGXH100, 1, 2, 5, 6),
+		machineNRT(t, "h100-a", machines.HGXH100), machineNRT(t, "h100-b", machines.HGXH100, 0, 3), machineNRT(t, "h100-c", machines.HGXH100, 1, 2, 5, 6),
 		handNRT("half-a", 0, 1, 2, 3, 4, 5, 6, 7), handNRT("half-b", 0, 1, 4, 5), handNRT("half-c", 0, 1, 2, 3, 4, 5),
 	}
 	skipped, scored := 0, 0
@@ -917,7 +917,7 @@ func TestWaitForCRD(t *testing.T) {
 // higher where every GPU has its own NIC (HGX H100) than where half of them
 // have none, and Reserve plans all of its GPUs so the kubelet can follow.
 func TestWholeNodeRDMAScore(t *testing.T) {
-	h100 := machineNRT(t, "h100", sysfstest.HGXH100)
+	h100 := machineNRT(t, "h100", machines.HGXH100)
 	pl, _ := newTestPlugin(t, nil, h100, handNRT("half", 0, 1, 2, 3, 4, 5, 6, 7))
 	pod := makePod("whole", 8, map[string]string{annotations.Policy: "preferred"}, rdma, "1")
 	cycle, st := preFilter(t, pl, pod, nodeInfo("h100", 8), nodeInfo("half", 8))

@@ -7,11 +7,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/nvmlgpu"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/nvmlgpu/nvmltest"
+	"github.com/nicaffinity/nicaffinity/pkg/topology/smitest"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 func publishedMatrix(t *testing.T, file string) *topology.Matrix {
@@ -20,7 +21,7 @@ func publishedMatrix(t *testing.T, file string) *topology.Matrix {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := topology.ParseSMIMatrix(string(b))
+	m, err := smitest.ParseSMIMatrix(string(b))
 	if err != nil {
 		t.Fatalf("parsing published %s: %v", file, err)
 	}
@@ -67,10 +68,10 @@ func affinity(m *topology.Matrix) []topology.MatrixDevice {
 // out) and with NVML (a mock carrying the machine's bus IDs and NVLinks), where
 // the whole matrix must match.
 func TestPublishedMatrices(t *testing.T) {
-	for _, machine := range sysfstest.Machines {
+	for _, machine := range machines.Machines {
 		t.Run(machine.Name, func(t *testing.T) {
 			want := publishedMatrix(t, machine.Published)
-			tree := sysfstest.New(t.TempDir())
+			tree := machines.New(t.TempDir())
 			machine.Build(tree)
 			if err := tree.Err(); err != nil {
 				t.Fatal(err)
@@ -108,7 +109,7 @@ func TestPublishedMatrices(t *testing.T) {
 					t.Errorf("matrix differs from %s (-want,+got):\n%s", machine.Published, diff)
 				}
 				// The text we print must read back as the same matrix.
-				back, err := topology.ParseSMIMatrix(got.Format())
+				back, err := smitest.ParseSMIMatrix(got.Format())
 				if err != nil {
 					t.Fatalf("reading our own output: %v\n%s", err, got.Format())
 				}

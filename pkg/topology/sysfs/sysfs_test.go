@@ -9,25 +9,25 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 // small builds a host with one GPU and one SR-IOV NIC (two VFs, one of them an
 // RDMA device) behind one switch.
-func small(t testing.TB) *sysfstest.Tree {
+func small(t testing.TB) *machines.Tree {
 	t.Helper()
-	tree := sysfstest.New(t.TempDir())
+	tree := machines.New(t.TempDir())
 	tree.NUMANode(0, "0-7")
 	tree.GPU("pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0", 0, "0-7")
 	pf := "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0"
-	tree.NIC(pf, "mlx5_0", 0, sysfstest.ActiveRoCE)
+	tree.NIC(pf, "mlx5_0", 0, machines.ActiveRoCE)
 	vf1 := "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.2"
 	vf2 := "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.3"
-	tree.PCI(vf1, sysfstest.Func{Vendor: sysfstest.VendorMellanox, Device: 0x101e, Class: sysfstest.ClassEther})
-	tree.PCI(vf2, sysfstest.Func{Vendor: sysfstest.VendorMellanox, Device: 0x101e, Class: sysfstest.ClassEther})
-	tree.RDMA(vf1, "mlx5_2", "", sysfstest.Port{LinkLayer: "Ethernet", State: "1: DOWN", Rate: "10 Gb/sec (1X QDR)"})
+	tree.PCI(vf1, machines.Func{Vendor: machines.VendorMellanox, Device: 0x101e, Class: machines.ClassEther})
+	tree.PCI(vf2, machines.Func{Vendor: machines.VendorMellanox, Device: 0x101e, Class: machines.ClassEther})
+	tree.RDMA(vf1, "mlx5_2", "", machines.Port{LinkLayer: "Ethernet", State: "1: DOWN", Rate: "10 Gb/sec (1X QDR)"})
 	tree.SRIOV(pf, 8, vf1, vf2)
 	if err := tree.Err(); err != nil {
 		t.Fatal(err)
@@ -88,72 +88,72 @@ func TestReadBadInput(t *testing.T) {
 	gpu := "devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0"
 	tests := []struct {
 		name    string
-		mutate  func(t *testing.T, tree *sysfstest.Tree)
+		mutate  func(t *testing.T, tree *machines.Tree)
 		wantErr string
 	}{
-		{"missing class file", func(t *testing.T, tree *sysfstest.Tree) {
+		{"missing class file", func(t *testing.T, tree *machines.Tree) {
 			mustRemove(t, filepath.Join(tree.Root, gpu, "class"))
 		}, "PCI device 0000:03:00.0: reading "},
-		{"garbage class", func(t *testing.T, tree *sysfstest.Tree) {
+		{"garbage class", func(t *testing.T, tree *machines.Tree) {
 			tree.WriteFile(gpu+"/class", "display thing")
 		}, `class: "display thing" is not a 24-bit hex number`},
-		{"class too wide", func(t *testing.T, tree *sysfstest.Tree) {
+		{"class too wide", func(t *testing.T, tree *machines.Tree) {
 			tree.WriteFile(gpu+"/class", "0x1030200")
 		}, `"0x1030200" is not a 24-bit hex number`},
-		{"garbage numa_node", func(t *testing.T, tree *sysfstest.Tree) {
+		{"garbage numa_node", func(t *testing.T, tree *machines.Tree) {
 			tree.WriteFile(gpu+"/numa_node", "two")
 		}, `numa_node: "two" is not a NUMA node number`},
-		{"device on two NUMA nodes", func(t *testing.T, tree *sysfstest.Tree) {
+		{"device on two NUMA nodes", func(t *testing.T, tree *machines.Tree) {
 			tree.WriteFile(gpu+"/numa_node", "1")
 		}, "cannot sit on two NUMA nodes"},
-		{"dangling device link", func(t *testing.T, tree *sysfstest.Tree) {
+		{"dangling device link", func(t *testing.T, tree *machines.Tree) {
 			tree.Symlink("bus/pci/devices/0000:09:00.0", "devices/pci0000:00/0000:09:00.0")
 		}, "PCI device 0000:09:00.0: resolving"},
-		{"looping device link", func(t *testing.T, tree *sysfstest.Tree) {
+		{"looping device link", func(t *testing.T, tree *machines.Tree) {
 			tree.Symlink("bus/pci/devices/0000:09:00.0", "bus/pci/devices/0000:09:00.0")
 		}, "PCI device 0000:09:00.0: resolving"},
-		{"link out of the root", func(t *testing.T, tree *sysfstest.Tree) {
+		{"link out of the root", func(t *testing.T, tree *machines.Tree) {
 			outside := t.TempDir()
 			mustSymlink(t, outside, filepath.Join(tree.Root, "bus/pci/devices/0000:09:00.0"))
 		}, "outside the sysfs root"},
-		{"garbage device name", func(t *testing.T, tree *sysfstest.Tree) {
+		{"garbage device name", func(t *testing.T, tree *machines.Tree) {
 			tree.Symlink("bus/pci/devices/not-a-device", gpu)
 		}, `PCI device not-a-device: PCI address "not-a-device"`},
-		{"dangling RDMA device link", func(t *testing.T, tree *sysfstest.Tree) {
+		{"dangling RDMA device link", func(t *testing.T, tree *machines.Tree) {
 			tree.Symlink("devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0/infiniband/mlx5_0/device", "devices/gone")
 		}, "RDMA device mlx5_0: resolving"},
-		{"garbage port directory", func(t *testing.T, tree *sysfstest.Tree) {
+		{"garbage port directory", func(t *testing.T, tree *machines.Tree) {
 			tree.WriteFile("devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0/infiniband/mlx5_0/ports/one/state", "4: ACTIVE")
 		}, "RDMA device mlx5_0: port directory"},
-		{"garbage VF count", func(t *testing.T, tree *sysfstest.Tree) {
+		{"garbage VF count", func(t *testing.T, tree *machines.Tree) {
 			tree.WriteFile("devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0/sriov_totalvfs", "-3")
 		}, `sriov_totalvfs: "-3" is not a VF count`},
-		{"class is a FIFO (would block a plain read)", func(t *testing.T, tree *sysfstest.Tree) {
+		{"class is a FIFO (would block a plain read)", func(t *testing.T, tree *machines.Tree) {
 			mustRemove(t, filepath.Join(tree.Root, gpu, "class"))
 			if err := syscall.Mkfifo(filepath.Join(tree.Root, gpu, "class"), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}, "class: not a regular file"},
-		{"class links to /dev/zero (endless)", func(t *testing.T, tree *sysfstest.Tree) {
+		{"class links to /dev/zero (endless)", func(t *testing.T, tree *machines.Tree) {
 			mustRemove(t, filepath.Join(tree.Root, gpu, "class"))
 			mustSymlink(t, "/dev/zero", filepath.Join(tree.Root, gpu, "class"))
 		}, "class: not a regular file"},
-		{"class larger than a page", func(t *testing.T, tree *sysfstest.Tree) {
+		{"class larger than a page", func(t *testing.T, tree *machines.Tree) {
 			tree.WriteFile(gpu+"/class", "0x030200"+strings.Repeat(" ", 5000))
 		}, "class: longer than 4096 bytes"},
-		{"meminfo without MemTotal", func(t *testing.T, tree *sysfstest.Tree) {
+		{"meminfo without MemTotal", func(t *testing.T, tree *machines.Tree) {
 			tree.WriteFile("devices/system/node/node0/meminfo", "Node 0 MemFree: 12 kB\n")
 		}, `meminfo: no line "Node N MemTotal: <size> kB"`},
-		{"meminfo with a garbage MemTotal", func(t *testing.T, tree *sysfstest.Tree) {
+		{"meminfo with a garbage MemTotal", func(t *testing.T, tree *machines.Tree) {
 			tree.WriteFile("devices/system/node/node0/meminfo", "Node 0 MemTotal: 99999999999999999999 kB\n")
 		}, `MemTotal "99999999999999999999" is not a size in kB`},
-		{"huge page count that overflows bytes", func(t *testing.T, tree *sysfstest.Tree) {
+		{"huge page count that overflows bytes", func(t *testing.T, tree *machines.Tree) {
 			tree.WriteFile("devices/system/node/node0/hugepages/hugepages-1048576kB/nr_hugepages", "9223372036854775807")
 		}, `nr_hugepages: "9223372036854775807" is not a page count`},
-		{"garbage huge page size", func(t *testing.T, tree *sysfstest.Tree) {
+		{"garbage huge page size", func(t *testing.T, tree *machines.Tree) {
 			tree.WriteFile("devices/system/node/node0/hugepages/hugepages-twokB/nr_hugepages", "1")
 		}, "hugepages-twokB: not hugepages-<size>kB"},
-		{"missing sysfs root", func(t *testing.T, tree *sysfstest.Tree) {
+		{"missing sysfs root", func(t *testing.T, tree *machines.Tree) {
 			mustRemove(t, tree.Root)
 		}, "sysfs root"},
 	}

@@ -1,6 +1,6 @@
-// Package schedulertest runs the real kube-scheduler with the nicaffinity
+// Package schedulerrun runs the real kube-scheduler with the nicaffinity
 // plugin in-process, from the KubeSchedulerConfiguration shipped in manifests/.
-package schedulertest
+package schedulerrun
 
 import (
 	"context"

@@ -1,7 +1,7 @@
-// Package dratest publishes a machine's GPUs and NICs as DRA drivers do, for
-// tests: the ResourceSlices a stand-in of the NVIDIA GPU DRA driver and of
+// Package drasim publishes a machine's GPUs and NICs as DRA drivers do, for
+// the simulator and the tests (simulation code: stand-ins of real drivers): the ResourceSlices a stand-in of the NVIDIA GPU DRA driver and of
 // dranet would write, and the DeviceClasses that select them.
-package dratest
+package drasim
 
 import (
 	"fmt"

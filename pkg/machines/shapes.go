@@ -1,4 +1,4 @@
-package sysfstest
+package machines
 
 import (
 	"fmt"

@@ -1,24 +1,30 @@
-package topology
+// Package smitest reads the text `nvidia-smi topo -m` prints back into a
+// topology.Matrix: for the tests that hold the level rule to published
+// matrices. The product prints matrices (topology.Matrix.Format); it never
+// parses them.
+package smitest
 
 import (
 	"bufio"
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
 var ansiEscape = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
 
 // ParseSMIMatrix reads the text `nvidia-smi topo -m` prints (tabs or spaces,
-// with or without a prompt line before it) back into a Matrix. NIC names come
+// with or without a prompt line before it) back into a topology.Matrix. NIC names come
 // from the NIC legend. Errors name the line.
-func ParseSMIMatrix(text string) (*Matrix, error) {
+func ParseSMIMatrix(text string) (*topology.Matrix, error) {
 	// nvidia-smi underlines the header on a terminal.
 	text = ansiEscape.ReplaceAllString(text, "")
 	sc := bufio.NewScanner(strings.NewReader(text))
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	var labels []string
-	m := &Matrix{}
+	m := &topology.Matrix{}
 	lineNo := 0
 	rows := map[string]int{}
 	inLegend, afterRows := false, false
@@ -48,9 +54,9 @@ func ParseSMIMatrix(text string) (*Matrix, error) {
 					return nil, fmt.Errorf("line %d: column %s appears twice", lineNo, l)
 				}
 				rows[l] = i
-				m.Devices = append(m.Devices, MatrixDevice{Label: l})
+				m.Devices = append(m.Devices, topology.MatrixDevice{Label: l})
 			}
-			m.Cells = make([][]Link, len(labels))
+			m.Cells = make([][]topology.Link, len(labels))
 		case strings.HasPrefix(line, "Legend:"), strings.HasPrefix(line, "NIC Legend:"):
 			inLegend = strings.HasPrefix(line, "NIC Legend:")
 			afterRows = true
@@ -79,9 +85,9 @@ func ParseSMIMatrix(text string) (*Matrix, error) {
 			if len(fields)-1 < len(labels) {
 				return nil, fmt.Errorf("line %d: row %s has %d cells, want %d", lineNo, fields[0], len(fields)-1, len(labels))
 			}
-			m.Cells[i] = make([]Link, len(labels))
+			m.Cells[i] = make([]topology.Link, len(labels))
 			for j := range labels {
-				l, err := ParseLink(fields[1+j])
+				l, err := topology.ParseLink(fields[1+j])
 				if err != nil {
 					return nil, fmt.Errorf("line %d: row %s column %s: %w", lineNo, fields[0], labels[j], err)
 				}

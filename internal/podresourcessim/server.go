@@ -1,6 +1,7 @@
-// Package podresourcestest serves the kubelet podresources gRPC API on a unix
-// socket from allocations the test (or the simulated kubelet) controls.
-package podresourcestest
+// Package podresourcessim serves the kubelet podresources gRPC API on a unix
+// socket from allocations the simulated kubelet (or a test) controls: a
+// stand-in of the kubelet's server, simulation code.
+package podresourcessim
 
 import (
 	"context"

@@ -1,7 +1,4 @@
-// Package sysfstest builds sysfs trees in a directory, with real directories
-// and symlinks laid out as the kernel lays them out, for tests of everything
-// that reads sysfs.
-package sysfstest
+package machines
 
 import (
 	"fmt"
@@ -40,6 +37,11 @@ func New(dir string) *Tree { return &Tree{Root: dir} }
 
 // Err is the first error any call hit.
 func (t *Tree) Err() error { return t.err }
+
+// Fail records err as the tree's error, as the tree's own writers do (the
+// first error wins; Err reports it): builders of other packages report
+// through it.
+func (t *Tree) Fail(err error) { t.fail(err) }
 
 func (t *Tree) fail(err error) {
 	if t.err == nil && err != nil {
