@@ -19,6 +19,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/plugins/nicaffinity"
 )
 
@@ -126,7 +127,7 @@ func object(b *testing.B, build func(*machines.Tree), used ...int) *v1alpha2.Nod
 			vfs = append(vfs, devices.Device{Resource: sriov, ID: vf})
 		}
 	}
-	obj, problems := machines.Object("node", topo, vfs, used...)
+	obj, problems := nrt.ObjectFor("node", topo, vfs, used...)
 	if len(problems) > 0 {
 		b.Fatal(problems)
 	}

@@ -11,15 +11,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
-	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
-// FromTopology is machines.Object: the object the exporter would publish
-// for topo, the GPUs at positions used held by another pod.
+// FromTopology is nrt.ObjectFor: the object the exporter would publish for
+// topo, the GPUs at positions used held by another pod.
 func FromTopology(node string, topo *topology.Topology, extra []devices.Device, used ...int) (*v1alpha2.NodeResourceTopology, []nrt.Problem) {
-	return machines.Object(node, topo, extra, used...)
+	return nrt.ObjectFor(node, topo, extra, used...)
 }
 
 // Builder builds an object by hand.

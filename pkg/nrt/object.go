@@ -1,18 +1,17 @@
-package machines
+package nrt
 
 import (
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
-	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
-// Object is the object the exporter would publish for topo (a machine of
+// ObjectFor is the object the exporter would publish for topo (a machine of
 // the catalogue, or any topology): every GPU offered by bus ID, plus extra
 // devices, and the GPUs at positions used held by another pod. The
 // simulator's bench and the tests start from it.
-func Object(node string, topo *topology.Topology, extra []devices.Device, used ...int) (*v1alpha2.NodeResourceTopology, []nrt.Problem) {
+func ObjectFor(node string, topo *topology.Topology, extra []devices.Device, used ...int) (*v1alpha2.NodeResourceTopology, []Problem) {
 	snap := devices.Snapshot{Allocatable: extra}
 	holder := devices.Pod{Namespace: "other", Name: "holder"}
 	for i, g := range topo.GPUs {
@@ -25,5 +24,5 @@ func Object(node string, topo *topology.Topology, extra []devices.Device, used .
 		}
 	}
 	snap.Pods = []devices.Pod{holder}
-	return nrt.Build(nrt.Input{Node: node, Topology: topo, Snapshot: snap, Resources: nrt.DefaultResources()})
+	return Build(Input{Node: node, Topology: topo, Snapshot: snap, Resources: DefaultResources()})
 }
