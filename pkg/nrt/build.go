@@ -104,10 +104,41 @@ func byBus(m map[string]int, id string) (int, bool) {
 // not fit (unknown device IDs, missing GPUs, NICs down) is published as such
 // and reported in the problems.
 func Build(in Input) (*v1alpha2.NodeResourceTopology, []Problem) {
-	t := in.Topology
-	devs := NewDevices(t)
-	var problems []Problem
+	b := &builder{in: in, t: in.Topology, devs: NewDevices(in.Topology)}
+	b.readOffered()
+	vfUsed, claimedVF := b.readHeld()
+	b.readNICs()
+	b.readVFPools(vfUsed, claimedVF)
+	obj := b.header()
+	nodeZones, nodeProblems := numaZones(b.t, in.Snapshot)
+	obj.Zones = append(obj.Zones, nodeZones...)
+	b.problems = append(b.problems, nodeProblems...)
+	obj.Zones = append(obj.Zones, b.switchZones()...)
+	obj.Zones = append(obj.Zones, b.gpuZones()...)
+	obj.Zones = append(obj.Zones, b.nicZones()...)
+	return obj, b.problems
+}
 
+// builder is one Build: the node's devices as the kubelet reports them,
+// read once, and the problems found on the way.
+type builder struct {
+	in       Input
+	t        *topology.Topology
+	devs     *Devices
+	problems []Problem
+	// gpuHealthy: offered by the device plugin; gpuUsed: held by a pod or
+	// a DRA claim; nicUp: a port is ACTIVE. By position in the topology.
+	gpuHealthy, gpuUsed, nicUp []bool
+	// pfPools are the VF pools per PF position and resource.
+	pfPools map[int]map[string]*vfPool
+}
+
+type vfPool struct{ capacity, available int64 }
+
+// readOffered reads what the device plugin offers: which GPUs are healthy.
+// A GPU it does not offer (and no DRA driver publishes) is a problem.
+func (b *builder) readOffered() {
+	t, in := b.t, b.in
 	allocatable := map[string]map[string]bool{} // resource -> device ID -> offered
 	for _, d := range in.Snapshot.Allocatable {
 		if allocatable[d.Resource] == nil {
@@ -115,12 +146,12 @@ func Build(in Input) (*v1alpha2.NodeResourceTopology, []Problem) {
 		}
 		allocatable[d.Resource][d.ID] = true
 	}
-	gpuHealthy := make([]bool, len(t.GPUs))
+	b.gpuHealthy = make([]bool, len(t.GPUs))
 	for id := range allocatable[in.Resources.GPU] {
-		if i, ok := devs.GPU(id); ok {
-			gpuHealthy[i] = true
+		if i, ok := b.devs.GPU(id); ok {
+			b.gpuHealthy[i] = true
 		} else {
-			problems = append(problems, Problem{Device: id, Reason: fmt.Sprintf("the device plugin offers %s device %q, which is no GPU of this node", in.Resources.GPU, id)})
+			b.problems = append(b.problems, Problem{Device: id, Reason: fmt.Sprintf("the device plugin offers %s device %q, which is no GPU of this node", in.Resources.GPU, id)})
 		}
 	}
 	draPublished := map[string]bool{}
@@ -130,72 +161,82 @@ func Build(in Input) (*v1alpha2.NodeResourceTopology, []Problem) {
 		}
 	}
 	for i, g := range t.GPUs {
-		if !gpuHealthy[i] && !draPublished[g.PCI.Address] {
-			problems = append(problems, Problem{Device: fmt.Sprintf("GPU %d (%s)", g.Index, g.PCI.Address), Reason: "the device plugin does not offer it (fallen off the bus, Xid or unhealthy): published with allocatable 0"})
+		if !b.gpuHealthy[i] && !draPublished[g.PCI.Address] {
+			b.problems = append(b.problems, Problem{Device: fmt.Sprintf("GPU %d (%s)", g.Index, g.PCI.Address), Reason: "the device plugin does not offer it (fallen off the bus, Xid or unhealthy): published with allocatable 0"})
 		}
 	}
 
-	gpuUsed := make([]bool, len(t.GPUs))
-	vfUsed := map[string]bool{}
-	otherUsed := map[string]map[string]bool{}
+}
+
+// readHeld reads what pods and DRA claims hold: GPUs in use, and the VFs
+// taken (by resource/ID) and claimed (by bus ID).
+func (b *builder) readHeld() (vfUsed, claimedVF map[string]bool) {
+	t, in := b.t, b.in
+	b.gpuUsed = make([]bool, len(t.GPUs))
+	vfUsed = map[string]bool{}
 	for _, p := range in.Snapshot.Pods {
 		for _, d := range p.Devices {
 			switch {
 			case d.Resource == in.Resources.GPU:
-				if i, ok := devs.GPU(d.ID); ok {
-					gpuUsed[i] = true
+				if i, ok := b.devs.GPU(d.ID); ok {
+					b.gpuUsed[i] = true
 				} else {
-					problems = append(problems, Problem{Device: d.ID, Reason: fmt.Sprintf("pod %s/%s holds %s device %q, which is no GPU of this node", p.Namespace, p.Name, d.Resource, d.ID)})
+					b.problems = append(b.problems, Problem{Device: d.ID, Reason: fmt.Sprintf("pod %s/%s holds %s device %q, which is no GPU of this node", p.Namespace, p.Name, d.Resource, d.ID)})
 				}
 			case in.Resources.IsSRIOV(d.Resource):
 				vfUsed[d.Resource+"/"+d.ID] = true
-			default:
-				if otherUsed[d.Resource] == nil {
-					otherUsed[d.Resource] = map[string]bool{}
-				}
-				otherUsed[d.Resource][d.ID] = true
 			}
 		}
 	}
 
-	claimedVF := map[string]bool{}
+	claimedVF = map[string]bool{}
 	for _, a := range in.Claimed {
-		if i, ok := devs.GPU(a); ok {
-			gpuUsed[i] = true
-		} else if _, ok := devs.PFOfVF(a); ok {
+		if i, ok := b.devs.GPU(a); ok {
+			b.gpuUsed[i] = true
+		} else if _, ok := b.devs.PFOfVF(a); ok {
 			claimedVF[a] = true
 		}
 	}
 
-	nicUp := make([]bool, len(t.NICs))
+	return vfUsed, claimedVF
+}
+
+// readNICs marks the NICs with an ACTIVE port; a PF without one is a problem.
+func (b *builder) readNICs() {
+	t := b.t
+	b.nicUp = make([]bool, len(t.NICs))
 	for i, n := range t.NICs {
-		nicUp[i] = n.Up()
-		if !nicUp[i] && n.PhysFn == "" {
-			problems = append(problems, Problem{Device: "RDMA device " + n.Name, Reason: "no port is ACTIVE: published with state " + nicState(n) + " and not offered"})
+		b.nicUp[i] = n.Up()
+		if !b.nicUp[i] && n.PhysFn == "" {
+			b.problems = append(b.problems, Problem{Device: "RDMA device " + n.Name, Reason: "no port is ACTIVE: published with state " + nicState(n) + " and not offered"})
 		}
 	}
 
-	// Per-PF VF pools.
-	type pool struct{ capacity, available int64 }
-	pfPools := map[int]map[string]*pool{}
+}
+
+// readVFPools counts each PF's VFs per SR-IOV resource: capacity where the
+// PF is up, available where no pod holds and no claim takes the VF.
+func (b *builder) readVFPools(vfUsed, claimedVF map[string]bool) {
+	in := b.in
+	b.pfPools = map[int]map[string]*vfPool{}
 	for _, d := range in.Snapshot.Allocatable {
 		if !in.Resources.IsSRIOV(d.Resource) {
 			continue
 		}
-		pf, ok := devs.PFOfVF(d.ID)
+		pf, ok := b.devs.PFOfVF(d.ID)
 		if !ok {
-			problems = append(problems, Problem{Device: d.ID, Reason: fmt.Sprintf("%s device %q is not a VF of any RDMA device of this node", d.Resource, d.ID)})
+			b.problems = append(b.problems, Problem{Device: d.ID, Reason: fmt.Sprintf("%s device %q is not a VF of any RDMA device of this node", d.Resource, d.ID)})
 			continue
 		}
-		if pfPools[pf] == nil {
-			pfPools[pf] = map[string]*pool{}
+		if b.pfPools[pf] == nil {
+			b.pfPools[pf] = map[string]*vfPool{}
 		}
-		p := pfPools[pf][d.Resource]
+		p := b.pfPools[pf][d.Resource]
 		if p == nil {
-			p = &pool{}
-			pfPools[pf][d.Resource] = p
+			p = &vfPool{}
+			b.pfPools[pf][d.Resource] = p
 		}
-		if nicUp[pf] {
+		if b.nicUp[pf] {
 			p.capacity++
 			if !vfUsed[d.Resource+"/"+d.ID] && !claimedVF[normalizedBus(d.ID)] {
 				p.available++
@@ -203,6 +244,12 @@ func Build(in Input) (*v1alpha2.NodeResourceTopology, []Problem) {
 		}
 	}
 
+}
+
+// header is the object without zones: its name and top-level attributes,
+// the host's GPUDirect facts among them.
+func (b *builder) header() *v1alpha2.NodeResourceTopology {
+	t, in := b.t, b.in
 	obj := &v1alpha2.NodeResourceTopology{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha2.SchemeGroupVersion.String(), Kind: "NodeResourceTopology"},
 		ObjectMeta: metav1.ObjectMeta{Name: in.Node},
@@ -222,18 +269,19 @@ func Build(in Input) (*v1alpha2.NodeResourceTopology, []Problem) {
 			}
 		}
 		if why := g.HostBlock(); why != "" {
-			problems = append(problems, Problem{Device: "node", Reason: "GPUDirect RDMA cannot run: " + why + " (nicaffinity doctor node says how to fix it)"})
+			b.problems = append(b.problems, Problem{Device: "node", Reason: "GPUDirect RDMA cannot run: " + why + " (nicaffinity doctor node says how to fix it)"})
 		}
 	}
-	nodeZones, nodeProblems := numaZones(t, in.Snapshot)
-	obj.Zones = append(obj.Zones, nodeZones...)
-	problems = append(problems, nodeProblems...)
+	return obj
+}
 
-	// Switch zones for every switch that holds a GPU or an RDMA PF.
-	switchOf := func(f topology.PCIFunction) string { return PrefixSwitch + t.SwitchOf(f) }
+// switchZones are the PCIeSwitch zones of every switch that holds a GPU or
+// an RDMA PF, by name.
+func (b *builder) switchZones() []v1alpha2.Zone {
+	t := b.t
 	switches := map[string]v1alpha2.Zone{}
 	addSwitch := func(f topology.PCIFunction) {
-		name := switchOf(f)
+		name := b.switchOf(f)
 		if _, ok := switches[name]; ok {
 			return
 		}
@@ -250,38 +298,50 @@ func Build(in Input) (*v1alpha2.NodeResourceTopology, []Problem) {
 			addSwitch(n.PCI)
 		}
 	}
+	var out []v1alpha2.Zone
 	for _, name := range slices.Sorted(maps.Keys(switches)) {
-		obj.Zones = append(obj.Zones, switches[name])
+		out = append(out, switches[name])
 	}
+	return out
 
+}
+
+// switchOf is the switch zone of a PCI function.
+func (b *builder) switchOf(f topology.PCIFunction) string { return PrefixSwitch + b.t.SwitchOf(f) }
+
+// gpuZones are the GPU zones with their costs to every offered NIC and
+// every other GPU, their health and ACS redirects on close paths.
+func (b *builder) gpuZones() []v1alpha2.Zone {
+	t, in := b.t, b.in
+	var out []v1alpha2.Zone
 	// GPU zones with their costs to every offered NIC and every other GPU.
 	m := t.Matrix()
 	nicRow := len(t.GPUs)
 	for i, g := range t.GPUs {
 		z := v1alpha2.Zone{
-			Name: GPUZoneName(g.Index), Type: ZoneGPU, Parent: switchOf(g.PCI),
+			Name: GPUZoneName(g.Index), Type: ZoneGPU, Parent: b.switchOf(g.PCI),
 			Attributes: v1alpha2.AttributeList{{Name: AttrPCIBusID, Value: g.PCI.Address}},
 		}
 		if g.UUID != "" {
 			z.Attributes = append(z.Attributes, v1alpha2.AttributeInfo{Name: AttrUUID, Value: g.UUID})
 		}
 		health, alloc, free := HealthOK, int64(1), int64(1)
-		if !gpuHealthy[i] {
+		if !b.gpuHealthy[i] {
 			health, alloc, free = HealthMissing, 0, 0
-		} else if gpuUsed[i] {
+		} else if b.gpuUsed[i] {
 			free = 0
 		}
 		z.Attributes = append(z.Attributes, v1alpha2.AttributeInfo{Name: AttrHealth, Value: health})
 		z.Resources = v1alpha2.ResourceInfoList{resourceInfo(in.Resources.GPU, 1, alloc, free)}
 		for j, n := range t.NICs {
-			if n.PhysFn != "" || !nicUp[j] {
+			if n.PhysFn != "" || !b.nicUp[j] {
 				continue
 			}
 			z.Costs = append(z.Costs, v1alpha2.CostInfo{Name: NICZoneName(n.Name), Value: CostOf(m.Cells[i][nicRow+j].Level)})
 		}
 		var acs []string
 		for j, n := range t.NICs {
-			if n.PhysFn != "" || !nicUp[j] || m.Cells[i][nicRow+j].Level > topology.LevelPXB {
+			if n.PhysFn != "" || !b.nicUp[j] || m.Cells[i][nicRow+j].Level > topology.LevelPXB {
 				continue
 			}
 			if redirect, _ := t.ACSOnPath(g.PCI, n.PCI); len(redirect) > 0 {
@@ -290,23 +350,31 @@ func Build(in Input) (*v1alpha2.NodeResourceTopology, []Problem) {
 		}
 		if len(acs) > 0 {
 			z.Attributes = append(z.Attributes, v1alpha2.AttributeInfo{Name: AttrACSRedirect, Value: strings.Join(acs, ",")})
-			problems = append(problems, Problem{Device: fmt.Sprintf("GPU %d (%s)", g.Index, g.PCI.Address), Reason: "ACS redirects peer-to-peer traffic to its NICs: " + strings.Join(acs, ", ")})
+			b.problems = append(b.problems, Problem{Device: fmt.Sprintf("GPU %d (%s)", g.Index, g.PCI.Address), Reason: "ACS redirects peer-to-peer traffic to its NICs: " + strings.Join(acs, ", ")})
 		}
 		for j, peer := range t.GPUs {
 			if j != i {
 				z.Costs = append(z.Costs, v1alpha2.CostInfo{Name: GPUZoneName(peer.Index), Value: CostOf(m.Cells[i][j].Level)})
 			}
 		}
-		obj.Zones = append(obj.Zones, z)
+		out = append(out, z)
 	}
 
+	return out
+}
+
+// nicZones are the NIC zones of RDMA PFs (a VF's RDMA device is one of its
+// PF's VFs), with their ports and VF pools.
+func (b *builder) nicZones() []v1alpha2.Zone {
+	t := b.t
+	var out []v1alpha2.Zone
 	// NIC zones for RDMA PFs (a VF's RDMA device is one of its PF's VFs).
 	for j, n := range t.NICs {
 		if n.PhysFn != "" {
 			continue
 		}
 		z := v1alpha2.Zone{
-			Name: NICZoneName(n.Name), Type: ZoneNIC, Parent: switchOf(n.PCI),
+			Name: NICZoneName(n.Name), Type: ZoneNIC, Parent: b.switchOf(n.PCI),
 			Attributes: v1alpha2.AttributeList{{Name: AttrPCIBusID, Value: n.PCI.Address}, {Name: AttrState, Value: nicState(n)}},
 		}
 		if len(n.Netdevs) > 0 {
@@ -327,17 +395,17 @@ func Build(in Input) (*v1alpha2.NodeResourceTopology, []Problem) {
 			if p.RoCEv2 != topology.Unknown {
 				z.Attributes = append(z.Attributes, v1alpha2.AttributeInfo{Name: AttrRoCEv2, Value: p.RoCEv2})
 			}
-			if why := topology.PortBlock(n.Name, p); why != "" && nicUp[j] {
-				problems = append(problems, Problem{Device: "RDMA device " + n.Name, Reason: "GPUDirect RDMA cannot use it: " + why})
+			if why := topology.PortBlock(n.Name, p); why != "" && b.nicUp[j] {
+				b.problems = append(b.problems, Problem{Device: "RDMA device " + n.Name, Reason: "GPUDirect RDMA cannot use it: " + why})
 			}
 		}
-		for _, res := range slices.Sorted(maps.Keys(pfPools[j])) {
-			p := pfPools[j][res]
+		for _, res := range slices.Sorted(maps.Keys(b.pfPools[j])) {
+			p := b.pfPools[j][res]
 			z.Resources = append(z.Resources, resourceInfo(res, p.capacity, p.capacity, p.available))
 		}
-		obj.Zones = append(obj.Zones, z)
+		out = append(out, z)
 	}
-	return obj, problems
+	return out
 }
 
 // GPUZoneName is the zone of GPU index i.

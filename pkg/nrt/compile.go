@@ -142,6 +142,35 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 		return nil, fmt.Errorf("no object")
 	}
 	c := &Compiled{Node: obj.Name, ResourceVersion: obj.ResourceVersion, Generation: obj.Generation}
+	if err := c.readAttributes(obj); err != nil {
+		return nil, err
+	}
+	if err := checkSizes(obj); err != nil {
+		return nil, err
+	}
+	zones, err := indexZones(obj)
+	if err != nil {
+		return nil, err
+	}
+	nicIndex, err := c.compileNICs(obj, zones)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.compileGPUs(obj, zones, nicIndex, gpuResource); err != nil {
+		return nil, err
+	}
+	if len(c.GPUs) == 0 {
+		return nil, fmt.Errorf("no GPU zones")
+	}
+	c.orderGPUs()
+	c.derive()
+	return c, nil
+}
+
+// readAttributes reads the object's top-level attributes: the schema
+// (another writer's object is named as such), the pod-set fingerprint, the
+// host's GPUDirect facts and the heartbeat.
+func (c *Compiled) readAttributes(obj *v1alpha2.NodeResourceTopology) error {
 	schema, peerMem, dmaBuf := "", "", ""
 	for _, a := range obj.Attributes {
 		switch a.Name {
@@ -156,23 +185,25 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 		case AttrHeartbeat:
 			t, err := time.Parse(time.RFC3339, a.Value)
 			if err != nil {
-				return nil, fmt.Errorf("attribute %s: %q is not an RFC 3339 time", AttrHeartbeat, a.Value)
+				return fmt.Errorf("attribute %s: %q is not an RFC 3339 time", AttrHeartbeat, a.Value)
 			}
 			c.Heartbeat = t
 		}
 	}
 	if schema == "" {
 		if others := OtherManagers(obj); len(others) > 0 {
-			return nil, fmt.Errorf("written by %s, not by nicaffinity's exporter, which does not overwrite another writer's object (docs/nrt-schema.md, Coexistence)", QuoteManagers(others))
+			return fmt.Errorf("written by %s, not by nicaffinity's exporter, which does not overwrite another writer's object (docs/nrt-schema.md, Coexistence)", QuoteManagers(others))
 		}
 	}
 	if schema != SchemaVersion {
-		return nil, fmt.Errorf("attribute %s is %q, want %q (not published by a nicaffinity exporter of this version)", AttrSchema, schema, SchemaVersion)
+		return fmt.Errorf("attribute %s is %q, want %q (not published by a nicaffinity exporter of this version)", AttrSchema, schema, SchemaVersion)
 	}
 	c.HostBlock = topology.HostBlockOf(peerMem, dmaBuf)
-	if err := checkSizes(obj); err != nil {
-		return nil, err
-	}
+	return nil
+}
+
+// indexZones maps zone names to zones, refusing nameless and repeated ones.
+func indexZones(obj *v1alpha2.NodeResourceTopology) (map[string]*v1alpha2.Zone, error) {
 	zones := map[string]*v1alpha2.Zone{}
 	for i := range obj.Zones {
 		z := &obj.Zones[i]
@@ -184,6 +215,12 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 		}
 		zones[z.Name] = z
 	}
+	return zones, nil
+}
+
+// compileNICs compiles the offered NIC zones (not published as down) and
+// returns each one's position by zone name.
+func (c *Compiled) compileNICs(obj *v1alpha2.NodeResourceTopology, zones map[string]*v1alpha2.Zone) (map[string]int, error) {
 	nicIndex := map[string]int{}
 	for _, z := range obj.Zones {
 		if z.Type != ZoneNIC {
@@ -217,18 +254,25 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 		nicIndex[z.Name] = len(c.NICs)
 		c.NICs = append(c.NICs, nic)
 	}
+	return nicIndex, nil
+}
+
+// compileGPUs compiles the GPU zones: each GPU's level to every NIC (from
+// its costs, raised to PHB where GPUDirect RDMA cannot run), and whether it
+// is free and healthy.
+func (c *Compiled) compileGPUs(obj *v1alpha2.NodeResourceTopology, zones map[string]*v1alpha2.Zone, nicIndex map[string]int, gpuResource string) error {
 	for _, z := range obj.Zones {
 		if z.Type != ZoneGPU {
 			continue
 		}
 		if len(c.GPUs) == MaxGPUs {
-			return nil, fmt.Errorf("more than %d GPU zones", MaxGPUs)
+			return fmt.Errorf("more than %d GPU zones", MaxGPUs)
 		}
 		if _, err := strconv.Atoi(strings.TrimPrefix(z.Name, PrefixGPU)); err != nil || !strings.HasPrefix(z.Name, PrefixGPU) {
-			return nil, fmt.Errorf("GPU zone %s is not named %s<index>", z.Name, PrefixGPU)
+			return fmt.Errorf("GPU zone %s is not named %s<index>", z.Name, PrefixGPU)
 		}
 		if p, ok := zones[z.Parent]; !ok || p.Type != ZonePCIeSwitch {
-			return nil, fmt.Errorf("GPU zone %s: parent %q is not a PCIeSwitch zone", z.Name, z.Parent)
+			return fmt.Errorf("GPU zone %s: parent %q is not a PCIeSwitch zone", z.Name, z.Parent)
 		}
 		g := CompiledGPU{Zone: z.Name, BusID: attrValue(z.Attributes, AttrPCIBusID), UUID: attrValue(z.Attributes, AttrUUID), Switch: z.Parent, Level: make([]topology.Level, len(c.NICs))}
 		for n := range g.Level {
@@ -241,21 +285,21 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 			}
 			l, ok := LevelOf(cost.Value)
 			if !ok || l == topology.LevelNV {
-				return nil, fmt.Errorf("GPU zone %s: cost %d to %s is not a PCIe level", z.Name, cost.Value, cost.Name)
+				return fmt.Errorf("GPU zone %s: cost %d to %s is not a PCIe level", z.Name, cost.Value, cost.Name)
 			}
 			if n, ok := nicIndex[cost.Name]; ok {
 				g.Level[n] = l
 				seen++
 			} else if _, exists := zones[cost.Name]; !exists {
-				return nil, fmt.Errorf("GPU zone %s: cost to %s, which is no zone", z.Name, cost.Name)
+				return fmt.Errorf("GPU zone %s: cost to %s, which is no zone", z.Name, cost.Name)
 			}
 		}
 		if seen == 0 && len(c.NICs) > 0 {
-			return nil, fmt.Errorf("GPU zone %s has no costs to the node's NICs", z.Name)
+			return fmt.Errorf("GPU zone %s has no costs to the node's NICs", z.Name)
 		}
 		acs, err := parseACSRedirect(z.Name, attrValue(z.Attributes, AttrACSRedirect), nicIndex)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		g.Published = slices.Clone(g.Level)
 		for n := range g.Level {
@@ -283,12 +327,12 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 			}
 			avail, err := count(z.Name, r)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			free, offered, found = avail, r.Allocatable.Value(), true
 		}
 		if !found {
-			return nil, fmt.Errorf("GPU zone %s has no %s resource", z.Name, gpuResource)
+			return fmt.Errorf("GPU zone %s has no %s resource", z.Name, gpuResource)
 		}
 		bit := GPUSet(1) << len(c.GPUs)
 		if free > 0 {
@@ -299,9 +343,12 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 		}
 		c.GPUs = append(c.GPUs, g)
 	}
-	if len(c.GPUs) == 0 {
-		return nil, fmt.Errorf("no GPU zones")
-	}
+	return nil
+}
+
+// orderGPUs puts the GPUs in index order, whatever order the object lists
+// them in, with the free and healthy sets following.
+func (c *Compiled) orderGPUs() {
 	// GPU zones in index order, whatever order the object lists them in.
 	order := make([]int, len(c.GPUs))
 	for i := range order {
@@ -321,6 +368,11 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 		}
 	}
 	c.GPUs, c.Free, c.Healthy = gpus, free, healthy
+}
+
+// derive computes what Filter and Score read: each GPU's best level, the
+// switches and which hold a NIC, and the GPUs near each NIC at each level.
+func (c *Compiled) derive() {
 	c.BestLevel = make([]topology.Level, len(c.GPUs))
 	for g := range c.GPUs {
 		c.BestLevel[g] = topology.LevelSYS + 1
@@ -357,7 +409,6 @@ func Compile(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Compiled,
 			c.AnyNear[li] |= c.Near[li][n]
 		}
 	}
-	return c, nil
 }
 
 // parseACSRedirect reads a GPU zone's acsRedirect attribute into the
