@@ -21,7 +21,9 @@ func problemsSay(ps []Problem, want string) bool {
 // reports for bad input.
 func TestBuilderPieces(t *testing.T) {
 	topo := h100(t, func(tree *machines.Tree) { tree.SetPort("mlx5_1", 1, "state", "1: DOWN") })
-	gpu := func(i int) devices.Device { return devices.Device{Resource: "nvidia.com/gpu", ID: topo.GPUs[i].PCI.Address} }
+	gpu := func(i int) devices.Device {
+		return devices.Device{Resource: "nvidia.com/gpu", ID: topo.GPUs[i].PCI.Address}
+	}
 	in := Input{Node: "n", Topology: topo, Resources: DefaultResources()}
 	for i := 1; i < len(topo.GPUs); i++ {
 		in.Snapshot.Allocatable = append(in.Snapshot.Allocatable, gpu(i))
