@@ -64,66 +64,114 @@ func (v *Verifier) isRDMA(resource string) bool {
 
 // Verify looks at one pod. ok is false when the pod holds no GPU.
 func (v *Verifier) Verify(p PodView) (Verdict, bool) {
-	var out Verdict
-	var gpus []int
-	candidates := map[int]bool{}
-	wantsRDMA := p.Annotations[annotations.RDMA] == "true"
+	h := v.held(p)
+	out := Verdict{Problems: h.problems}
+	if len(h.gpus) == 0 {
+		return out, false
+	}
+	out.RDMA = h.rdma
+	if h.rdma && len(h.candidates) == 0 {
+		v.sharedRDMA(h.candidates)
+	}
+	maxLevel, problem := v.podMaxLevel(p)
+	if problem != "" {
+		out.Problems = append(out.Problems, problem)
+	}
+	var worst, worstUsable topology.Level
+	out.Observed, worst, worstUsable = v.observe(h)
+	switch {
+	case !h.rdma:
+		out.Observed.Aligned = true
+	case worst > topology.LevelSYS:
+		out.Observed.Level = "none"
+	default:
+		out.Observed.Level = worst.String()
+		out.Observed.Aligned = worstUsable <= maxLevel
+	}
+	out.Observed.Plan = v.comparePlan(p, out.Observed)
+	return out, true
+}
+
+// holdings are the devices a pod holds, by position in the topology: its
+// GPUs (sorted), the NICs its VFs or claims name (candidates), whether it
+// needs a NIC at all, and what could not be matched.
+type holdings struct {
+	gpus       []int
+	candidates map[int]bool
+	rdma       bool
+	problems   []string
+}
+
+// held reads a pod's devices (device plugin resources, then DRA claims).
+func (v *Verifier) held(p PodView) holdings {
+	h := holdings{candidates: map[int]bool{}, rdma: p.Annotations[annotations.RDMA] == "true"}
 	for _, d := range p.Devices {
 		switch {
 		case d.Resource == v.Resources.GPU:
 			if i, ok := v.devices.GPU(d.ID); ok {
-				gpus = append(gpus, i)
+				h.gpus = append(h.gpus, i)
 			} else {
-				out.Problems = append(out.Problems, fmt.Sprintf("%s device %q is no GPU of this node", d.Resource, d.ID))
+				h.problems = append(h.problems, fmt.Sprintf("%s device %q is no GPU of this node", d.Resource, d.ID))
 			}
 		case v.Resources.IsSRIOV(d.Resource):
-			wantsRDMA = true
+			h.rdma = true
 			if pf, ok := v.devices.PFOfVF(d.ID); ok {
-				candidates[pf] = true
+				h.candidates[pf] = true
 			} else {
-				out.Problems = append(out.Problems, fmt.Sprintf("%s device %q is no VF of this node", d.Resource, d.ID))
+				h.problems = append(h.problems, fmt.Sprintf("%s device %q is no VF of this node", d.Resource, d.ID))
 			}
 		case v.isRDMA(d.Resource):
-			wantsRDMA = true
+			h.rdma = true
 		}
 	}
 	// Through DRA a pod holds exactly the NICs its claims name: PFs
 	// (dranet) or VFs (dra-driver-sriov).
 	for _, addr := range p.Claimed {
 		if i, ok := v.devices.GPU(addr); ok {
-			if !slices.Contains(gpus, i) {
-				gpus = append(gpus, i)
+			if !slices.Contains(h.gpus, i) {
+				h.gpus = append(h.gpus, i)
 			}
 		} else if n, ok := v.devices.NIC(addr); ok {
-			wantsRDMA, candidates[n] = true, true
+			h.rdma, h.candidates[n] = true, true
 		} else if pf, ok := v.devices.PFOfVF(addr); ok {
-			wantsRDMA, candidates[pf] = true, true
+			h.rdma, h.candidates[pf] = true, true
 		}
 		// Other PCI devices (NVMe, accelerators of other kinds) are not
 		// part of the alignment.
 	}
-	if len(gpus) == 0 {
-		return out, false
-	}
-	sort.Ints(gpus)
-	out.RDMA = wantsRDMA
-	if wantsRDMA && len(candidates) == 0 {
-		// Shared RDMA (rdma/hca) reaches every HCA of the pool: any NIC that is up.
-		for i, n := range v.Topology.NICs {
-			if n.PhysFn == "" && n.Up() {
-				candidates[i] = true
-			}
+	sort.Ints(h.gpus)
+	return h
+}
+
+// sharedRDMA fills the candidates of a pod whose RDMA is shared (rdma/hca
+// reaches every HCA of the pool): every NIC that is up.
+func (v *Verifier) sharedRDMA(candidates map[int]bool) {
+	for i, n := range v.Topology.NICs {
+		if n.PhysFn == "" && n.Up() {
+			candidates[i] = true
 		}
 	}
-	maxLevel := v.MaxLevel
+}
+
+// podMaxLevel is the level the pod accepts, and the problem with its
+// annotation if it has a bad one (the default applies then).
+func (v *Verifier) podMaxLevel(p PodView) (maxLevel topology.Level, problem string) {
+	maxLevel = v.MaxLevel
 	if s, ok := p.Annotations[annotations.MaxLevel]; ok {
 		if l, err := annotations.ParseMaxLevel(s); err == nil {
 			maxLevel = l
 		} else {
-			out.Problems = append(out.Problems, err.Error())
+			problem = err.Error()
 		}
 	}
-	worst, worstUsable := topology.LevelX, topology.LevelX
+	return maxLevel, problem
+}
+
+// observe finds, for each GPU the pod holds, its nearest usable NIC among
+// the candidates: the observed GPUs and NICs, the GPUDirect blocks on the
+// paths, and the worst level and worst usable level (past SYS: no NIC).
+func (v *Verifier) observe(h holdings) (o annotations.Observed, worst, worstUsable topology.Level) {
+	worst, worstUsable = topology.LevelX, topology.LevelX
 	seenNIC := map[int]bool{}
 	// usable is the level that counts for alignment: a path on which
 	// GPUDirect RDMA cannot run is no better than PHB.
@@ -135,14 +183,14 @@ func (v *Verifier) Verify(p PodView) (Verdict, bool) {
 		}
 		return l, blocks
 	}
-	for _, g := range gpus {
+	for _, g := range h.gpus {
 		gpu := v.Topology.GPUs[g]
 		og := annotations.ObservedGPU{BusID: gpu.PCI.Address, UUID: gpu.UUID}
-		if wantsRDMA {
+		if h.rdma {
 			best, bestUsable := -1, topology.LevelSYS+1
 			var blocks []string
 			for n := range v.Topology.NICs {
-				if !candidates[n] {
+				if !h.candidates[n] {
 					continue
 				}
 				if l, why := usable(g, n); l < bestUsable || l == bestUsable && n < best {
@@ -154,11 +202,11 @@ func (v *Verifier) Verify(p PodView) (Verdict, bool) {
 				og.NIC, og.Level = v.Topology.NICs[best].Name, level.String()
 				if !seenNIC[best] {
 					seenNIC[best] = true
-					out.Observed.NICs = append(out.Observed.NICs, og.NIC)
+					o.NICs = append(o.NICs, og.NIC)
 				}
 				for _, b := range blocks {
-					if !slices.Contains(out.Observed.GPUDirect, b) {
-						out.Observed.GPUDirect = append(out.Observed.GPUDirect, b)
+					if !slices.Contains(o.GPUDirect, b) {
+						o.GPUDirect = append(o.GPUDirect, b)
 					}
 				}
 				worst, worstUsable = max(worst, level), max(worstUsable, bestUsable)
@@ -166,19 +214,9 @@ func (v *Verifier) Verify(p PodView) (Verdict, bool) {
 				worst, worstUsable = topology.LevelSYS+1, topology.LevelSYS+1 // no NIC at all
 			}
 		}
-		out.Observed.GPUs = append(out.Observed.GPUs, og)
+		o.GPUs = append(o.GPUs, og)
 	}
-	switch {
-	case !wantsRDMA:
-		out.Observed.Aligned = true
-	case worst > topology.LevelSYS:
-		out.Observed.Level = "none"
-	default:
-		out.Observed.Level = worst.String()
-		out.Observed.Aligned = worstUsable <= maxLevel
-	}
-	out.Observed.Plan = v.comparePlan(p, out.Observed)
-	return out, true
+	return o, worst, worstUsable
 }
 
 func (v *Verifier) comparePlan(p PodView, o annotations.Observed) string {
