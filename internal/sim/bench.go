@@ -176,31 +176,38 @@ func Bench(ctx context.Context, spec BenchSpec, progress io.Writer) (*BenchRepor
 			env.Fatalf("%v", err)
 		}
 		for _, s := range all {
-			t := per[s]
-			sort.Slice(t.latencies, func(a, b int) bool { return t.latencies[a] < t.latencies[b] })
-			r := BenchResult{Scheduler: s, PodsPerSec: t.rate(),
-				LatencyP50Ms: ms(t.latencies[len(t.latencies)/2]), LatencyP99Ms: ms(t.latencies[min(len(t.latencies)-1, len(t.latencies)*99/100)]),
-				ExtensionPointsP50Ms: map[string]float64{}, ExtensionPointsP99Ms: map[string]float64{}}
-			attempts := histogramDelta(before, after, "scheduler_scheduling_attempt_duration_seconds", map[string]string{"profile": s, "result": "scheduled"})
-			r.AttemptP50Ms, r.AttemptP99Ms = round2(1000*attempts.quantile(0.5)), round2(1000*attempts.quantile(0.99))
-			for _, point := range []string{"PreFilter", "Filter", "PreScore", "Score", "Reserve", "Permit", "PreBind", "Bind"} {
-				h := histogramDelta(before, after, "scheduler_framework_extension_point_duration_seconds", map[string]string{"profile": s, "extension_point": point, "status": "Success"})
-				if h.count > 0 {
-					r.ExtensionPointsP50Ms[point] = round2(1000 * h.quantile(0.5))
-					r.ExtensionPointsP99Ms[point] = round2(1000 * h.quantile(0.99))
-				}
-			}
-			r.Attempts = map[string]int{}
-			for _, result := range []string{"scheduled", "unschedulable", "error"} {
-				if n := counterDelta(before, after, "scheduler_schedule_attempts_total", map[string]string{"profile": s, "result": result}); n > 0 {
-					r.Attempts[result] = int(n)
-				}
-			}
+			r := benchResult(s, per[s], before, after)
 			report.Results = append(report.Results, r)
 		}
 		report.Ratio = report.Results[0].PodsPerSec / report.Results[len(report.Results)-1].PodsPerSec
 	})
 	return report, err
+}
+
+// benchResult is one scheduler's figures over the measured batches t: its
+// throughput and latencies, and, from the scheduler's own metrics between
+// before and after, its attempt and extension-point latencies and attempts.
+func benchResult(s string, t *batchTotals, before, after []*dto.MetricFamily) BenchResult {
+	sort.Slice(t.latencies, func(a, b int) bool { return t.latencies[a] < t.latencies[b] })
+	r := BenchResult{Scheduler: s, PodsPerSec: t.rate(),
+		LatencyP50Ms: ms(t.latencies[len(t.latencies)/2]), LatencyP99Ms: ms(t.latencies[min(len(t.latencies)-1, len(t.latencies)*99/100)]),
+		ExtensionPointsP50Ms: map[string]float64{}, ExtensionPointsP99Ms: map[string]float64{}}
+	attempts := histogramDelta(before, after, "scheduler_scheduling_attempt_duration_seconds", map[string]string{"profile": s, "result": "scheduled"})
+	r.AttemptP50Ms, r.AttemptP99Ms = round2(1000*attempts.quantile(0.5)), round2(1000*attempts.quantile(0.99))
+	for _, point := range []string{"PreFilter", "Filter", "PreScore", "Score", "Reserve", "Permit", "PreBind", "Bind"} {
+		h := histogramDelta(before, after, "scheduler_framework_extension_point_duration_seconds", map[string]string{"profile": s, "extension_point": point, "status": "Success"})
+		if h.count > 0 {
+			r.ExtensionPointsP50Ms[point] = round2(1000 * h.quantile(0.5))
+			r.ExtensionPointsP99Ms[point] = round2(1000 * h.quantile(0.99))
+		}
+	}
+	r.Attempts = map[string]int{}
+	for _, result := range []string{"scheduled", "unschedulable", "error"} {
+		if n := counterDelta(before, after, "scheduler_schedule_attempts_total", map[string]string{"profile": s, "result": result}); n > 0 {
+			r.Attempts[result] = int(n)
+		}
+	}
+	return r
 }
 
 // benchConfig is the configuration under test plus the default profile,

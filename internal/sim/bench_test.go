@@ -89,3 +89,16 @@ func TestRunBatchSurvivesClosedWatch(t *testing.T) {
 		t.Errorf("%d latencies for %d pods over %d watches; want one per pod over at least 2", len(b.latencies), pods, watches)
 	}
 }
+
+// TestBenchResult: one scheduler's figures from its batches, with no
+// scheduler metrics between the two gathers.
+func TestBenchResult(t *testing.T) {
+	tot := &batchTotals{elapsed: 2 * time.Second, pods: 100}
+	for i := 100; i >= 1; i-- {
+		tot.latencies = append(tot.latencies, time.Duration(i)*time.Millisecond)
+	}
+	r := benchResult("nicaffinity-scheduler", tot, nil, nil)
+	if r.PodsPerSec != 50 || r.LatencyP50Ms != 51 || r.LatencyP99Ms != 100 || len(r.ExtensionPointsP50Ms) != 0 || len(r.Attempts) != 0 {
+		t.Errorf("%+v", r)
+	}
+}

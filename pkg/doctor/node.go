@@ -48,97 +48,115 @@ func Node(t *topology.Topology, o NodeOptions) Report {
 			pfs = append(pfs, n)
 		}
 	}
-
 	if b.startLayer(LayerHost) {
-		if len(t.GPUs) == 0 {
-			b.fail("GPUs", "no NVIDIA GPU among the PCI devices", "check that the GPUs are seated and powered (lspci -d 10de:) and that the BIOS enumerates them")
-		} else {
-			b.pass("GPUs", fmt.Sprintf("%d NVIDIA GPUs", len(t.GPUs)))
-		}
-		switch g.NVIDIAModule {
-		case topology.ModuleAbsent:
-			b.fail("nvidia kernel module", "not loaded", "install the NVIDIA driver on the host, or let the GPU Operator's driver container load it (ClusterPolicy driver.enabled: true)")
-		case topology.Unknown:
-			b.unknown("nvidia kernel module", "the module list (/sys/module) could not be read", "")
-		default:
-			b.pass("nvidia kernel module", "loaded ("+g.NVIDIAModule+" flavour)")
-		}
-		switch {
-		case len(pfs) == 0 && len(g.RDMADrivers) > 0:
-			b.fail("RDMA devices", "none in /sys/class/infiniband, though "+strings.Join(g.RDMADrivers, ", ")+" is loaded: no RDMA-capable NIC is visible to this host",
-				"check lspci -d 15b3: (Mellanox/NVIDIA); in a VM the NIC or its VF must be passed through")
-		case len(pfs) == 0:
-			b.fail("RDMA devices", "none in /sys/class/infiniband", "load the NIC's RDMA driver (modprobe mlx5_ib), or deploy the Network Operator's driver (NicClusterPolicy spec.ofedDriver)")
-		default:
-			var names []string
-			for _, n := range pfs {
-				names = append(names, n.Name)
-			}
-			b.pass("RDMA devices", fmt.Sprintf("%d: %s", len(pfs), strings.Join(names, ", ")))
-		}
-		verbs(b, g, pfs, o.DevInfiniband)
+		nodeHost(b, t, g, pfs, o)
 	}
-
 	if b.startLayer(LayerGPUDirect) {
-		dmaBuf, dmaWhy := g.DMABuf()
-		switch {
-		case g.PeerMem == topology.PeerMemLoaded:
-			b.pass("nvidia-peermem", "loaded")
-		case dmaBuf == topology.Yes:
-			b.pass("nvidia-peermem or dma-buf", "nvidia-peermem not loaded; dma-buf usable (open kernel module, kernel "+g.KernelRelease+")")
-		case g.HostBlock() != "":
-			b.fail("nvidia-peermem or dma-buf", "nvidia-peermem not loaded, and dma-buf not usable: "+dmaWhy,
-				"modprobe nvidia-peermem (GPU Operator: driver.rdma.enabled=true, plus driver.rdma.useHostMofed=true when MOFED is installed on the host), or use the open kernel module on Linux 5.12+ for dma-buf (driver.kernelModuleType=open)")
-		default:
-			b.unknown("nvidia-peermem or dma-buf", fmt.Sprintf("nvidia-peermem %s, nvidia module %s, kernel %s", topology.Show(g.PeerMem), topology.Show(g.NVIDIAModule), topology.Show(g.KernelRelease)),
-				"run doctor on the host itself (it reads /sys/module and the running kernel)")
-		}
-		acs(b, t, m, o.MaxLevel)
-		switch g.IOMMU {
-		case topology.IOMMUOff, topology.IOMMUPassthru:
-			b.pass("IOMMU", g.IOMMU)
-		case topology.IOMMUXlate:
-			b.warn("IOMMU", "translating DMA for the GPUs: GPUDirect RDMA may fail or slow down",
-				"boot with iommu=pt (with intel_iommu=on or amd_iommu=on), or turn the IOMMU off in the BIOS where SR-IOV does not need it")
-		default:
-			b.unknown("IOMMU", "no /sys/class/iommu to read", "")
-		}
+		nodeGPUDirect(b, t, m, g, o)
 	}
-
 	if b.startLayer(LayerPorts) {
-		if len(pfs) == 0 {
-			b.info("ports", "no RDMA device to check")
-		}
-		for _, n := range pfs {
-			for _, p := range n.Ports {
-				port(b, n, p, o.LinkLayer)
-			}
-		}
+		nodePorts(b, pfs, o)
 	}
-
 	if b.startLayer(LayerTopology) {
-		for i, gpu := range t.GPUs {
-			best, bestLevel := "", topology.LevelSYS+1
-			for j, n := range t.NICs {
-				if n.PhysFn != "" || !n.Up() {
-					continue
-				}
-				if l := m.Cells[i][len(t.GPUs)+j].Level; l < bestLevel {
-					best, bestLevel = n.Name, l
-				}
-			}
-			name := fmt.Sprintf("GPU %d (%s)", gpu.Index, gpu.PCI.Address)
-			switch {
-			case best == "":
-				b.warn(name, "no NIC that is up", "RDMA pods cannot use this GPU with GPUDirect RDMA; nicaffinity keeps them off it")
-			case bestLevel > o.MaxLevel:
-				b.warn(name, fmt.Sprintf("nearest NIC %s at %s", best, bestLevel), fmt.Sprintf("no NIC at %s or closer: RDMA pods on this GPU run without GPUDirect RDMA; nicaffinity keeps them off it (compare nvidia-smi topo -m)", o.MaxLevel))
-			default:
-				b.pass(name, fmt.Sprintf("nearest NIC %s at %s", best, bestLevel))
-			}
-		}
+		nodeTopology(b, t, m, o)
 	}
 	return b.report()
+}
+
+// nodeHost checks the host layer: GPUs present, RDMA verbs devices.
+func nodeHost(b *builder, t *topology.Topology, g topology.GPUDirect, pfs []topology.NIC, o NodeOptions) {
+	if len(t.GPUs) == 0 {
+		b.fail("GPUs", "no NVIDIA GPU among the PCI devices", "check that the GPUs are seated and powered (lspci -d 10de:) and that the BIOS enumerates them")
+	} else {
+		b.pass("GPUs", fmt.Sprintf("%d NVIDIA GPUs", len(t.GPUs)))
+	}
+	switch g.NVIDIAModule {
+	case topology.ModuleAbsent:
+		b.fail("nvidia kernel module", "not loaded", "install the NVIDIA driver on the host, or let the GPU Operator's driver container load it (ClusterPolicy driver.enabled: true)")
+	case topology.Unknown:
+		b.unknown("nvidia kernel module", "the module list (/sys/module) could not be read", "")
+	default:
+		b.pass("nvidia kernel module", "loaded ("+g.NVIDIAModule+" flavour)")
+	}
+	switch {
+	case len(pfs) == 0 && len(g.RDMADrivers) > 0:
+		b.fail("RDMA devices", "none in /sys/class/infiniband, though "+strings.Join(g.RDMADrivers, ", ")+" is loaded: no RDMA-capable NIC is visible to this host",
+			"check lspci -d 15b3: (Mellanox/NVIDIA); in a VM the NIC or its VF must be passed through")
+	case len(pfs) == 0:
+		b.fail("RDMA devices", "none in /sys/class/infiniband", "load the NIC's RDMA driver (modprobe mlx5_ib), or deploy the Network Operator's driver (NicClusterPolicy spec.ofedDriver)")
+	default:
+		var names []string
+		for _, n := range pfs {
+			names = append(names, n.Name)
+		}
+		b.pass("RDMA devices", fmt.Sprintf("%d: %s", len(pfs), strings.Join(names, ", ")))
+	}
+	verbs(b, g, pfs, o.DevInfiniband)
+}
+
+// nodeGPUDirect checks what GPUDirect RDMA needs of the host: a peer
+// memory path (nvidia-peermem or dma-buf), no ACS redirect on close paths,
+// and the IOMMU.
+func nodeGPUDirect(b *builder, t *topology.Topology, m *topology.Matrix, g topology.GPUDirect, o NodeOptions) {
+	dmaBuf, dmaWhy := g.DMABuf()
+	switch {
+	case g.PeerMem == topology.PeerMemLoaded:
+		b.pass("nvidia-peermem", "loaded")
+	case dmaBuf == topology.Yes:
+		b.pass("nvidia-peermem or dma-buf", "nvidia-peermem not loaded; dma-buf usable (open kernel module, kernel "+g.KernelRelease+")")
+	case g.HostBlock() != "":
+		b.fail("nvidia-peermem or dma-buf", "nvidia-peermem not loaded, and dma-buf not usable: "+dmaWhy,
+			"modprobe nvidia-peermem (GPU Operator: driver.rdma.enabled=true, plus driver.rdma.useHostMofed=true when MOFED is installed on the host), or use the open kernel module on Linux 5.12+ for dma-buf (driver.kernelModuleType=open)")
+	default:
+		b.unknown("nvidia-peermem or dma-buf", fmt.Sprintf("nvidia-peermem %s, nvidia module %s, kernel %s", topology.Show(g.PeerMem), topology.Show(g.NVIDIAModule), topology.Show(g.KernelRelease)),
+			"run doctor on the host itself (it reads /sys/module and the running kernel)")
+	}
+	acs(b, t, m, o.MaxLevel)
+	switch g.IOMMU {
+	case topology.IOMMUOff, topology.IOMMUPassthru:
+		b.pass("IOMMU", g.IOMMU)
+	case topology.IOMMUXlate:
+		b.warn("IOMMU", "translating DMA for the GPUs: GPUDirect RDMA may fail or slow down",
+			"boot with iommu=pt (with intel_iommu=on or amd_iommu=on), or turn the IOMMU off in the BIOS where SR-IOV does not need it")
+	default:
+		b.unknown("IOMMU", "no /sys/class/iommu to read", "")
+	}
+}
+
+// nodePorts checks every port of every RDMA PF.
+func nodePorts(b *builder, pfs []topology.NIC, o NodeOptions) {
+	if len(pfs) == 0 {
+		b.info("ports", "no RDMA device to check")
+	}
+	for _, n := range pfs {
+		for _, p := range n.Ports {
+			port(b, n, p, o.LinkLayer)
+		}
+	}
+}
+
+// nodeTopology checks each GPU's nearest NIC that is up against the level.
+func nodeTopology(b *builder, t *topology.Topology, m *topology.Matrix, o NodeOptions) {
+	for i, gpu := range t.GPUs {
+		best, bestLevel := "", topology.LevelSYS+1
+		for j, n := range t.NICs {
+			if n.PhysFn != "" || !n.Up() {
+				continue
+			}
+			if l := m.Cells[i][len(t.GPUs)+j].Level; l < bestLevel {
+				best, bestLevel = n.Name, l
+			}
+		}
+		name := fmt.Sprintf("GPU %d (%s)", gpu.Index, gpu.PCI.Address)
+		switch {
+		case best == "":
+			b.warn(name, "no NIC that is up", "RDMA pods cannot use this GPU with GPUDirect RDMA; nicaffinity keeps them off it")
+		case bestLevel > o.MaxLevel:
+			b.warn(name, fmt.Sprintf("nearest NIC %s at %s", best, bestLevel), fmt.Sprintf("no NIC at %s or closer: RDMA pods on this GPU run without GPUDirect RDMA; nicaffinity keeps them off it (compare nvidia-smi topo -m)", o.MaxLevel))
+		default:
+			b.pass(name, fmt.Sprintf("nearest NIC %s at %s", best, bestLevel))
+		}
+	}
 }
 
 func verbs(b *builder, g topology.GPUDirect, pfs []topology.NIC, dev []string) {

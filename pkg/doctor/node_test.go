@@ -135,3 +135,45 @@ func TestPodRequestCheck(t *testing.T) {
 		t.Errorf("bad level: %+v", c)
 	}
 }
+
+// TestDoctorLayers: each layer of doctor node and doctor pod on its own.
+func TestDoctorLayers(t *testing.T) {
+	caps := func(add ...corev1.Capability) *corev1.SecurityContext {
+		return &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: add}}
+	}
+	gpu := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+	for _, tc := range []struct {
+		name string
+		c    corev1.Container
+		want Status
+	}{
+		{"devices, IPC_LOCK", corev1.Container{Name: "c", SecurityContext: caps("IPC_LOCK"), Resources: corev1.ResourceRequirements{Limits: gpu}}, Pass},
+		{"devices, no IPC_LOCK", corev1.Container{Name: "c", Resources: corev1.ResourceRequirements{Limits: gpu}}, Fail},
+	} {
+		b := newBuilder("pod")
+		podPermissions(b, &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{tc.c}}}, DefaultClusterOptions())
+		if got := b.report().Checks[0]; got.Status != tc.want || got.Name != "container c: IPC_LOCK" {
+			t.Errorf("%s: %+v, want %s", tc.name, got, tc.want)
+		}
+	}
+	b := newBuilder("pod")
+	podNetwork(b, PodState{Pod: &corev1.Pod{}}, nil)
+	if got := b.report().Checks[0]; got.Name != "NCCL_IB_HCA" || got.Status != Info {
+		t.Errorf("no observation: %+v", got)
+	}
+	topo, err := machines.Load("half-nic-8gpu-2nic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = newBuilder("node")
+	nodeTopology(b, topo, topo.Matrix(), NodeOptions{MaxLevel: topology.LevelPXB})
+	warned := 0
+	for _, c := range b.report().Checks {
+		if c.Status == Warn {
+			warned++
+		}
+	}
+	if warned != 4 {
+		t.Errorf("%d GPUs warned on the half-NIC shape, want the 4 without a NIC at PXB", warned)
+	}
+}

@@ -40,111 +40,138 @@ func Pod(s PodState, o ClusterOptions) Report {
 	b := newBuilder("pod " + p.Namespace + "/" + p.Name)
 	var observed *annotations.Observed
 	if b.startLayer(LayerPlacement) {
-		switch {
-		case p.Spec.NodeName == "":
-			why := "Pending, not scheduled"
-			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
-					why += ": " + c.Message
-				}
-			}
-			b.fail("scheduled", why, "kubectl nicaffinity why "+p.Name+" (or kubectl describe pod): each node's reason says what is missing")
-		default:
-			b.pass("scheduled", "on "+p.Spec.NodeName)
-		}
-		// What the plugin reads of the pod, through the reader it uses.
-		switch r, ok, err := podreq.Read(p, o.RequestConfig()); {
-		case err != nil:
-			b.fail("request", err.Error()+": the nicaffinity scheduler refuses the pod on every node", "fix the annotation (docs/scheduler.md)")
-		case !ok:
-			b.info("request", "no "+o.GPUResource+": nothing for nicaffinity to place")
-		default:
-			b.info("request", describeRequest(r))
-		}
-		if p.Spec.SchedulerName != s.SchedulerName {
-			b.warn("scheduler", fmt.Sprintf("%q placed it, not %s: nothing chose its GPUs for their NICs", orDefault(p.Spec.SchedulerName, "default-scheduler"), s.SchedulerName),
-				"set spec.schedulerName: "+s.SchedulerName)
-		}
-		if a, ok := p.Annotations[annotations.AllocationKey]; ok {
-			plan, err := annotations.ParseAllocation(a)
-			if err != nil {
-				b.warn("plan", err.Error(), "")
-			} else {
-				b.info("plan", fmt.Sprintf("GPUs %s, NICs %s, level %s", strings.Join(plan.GPUs, ","), strings.Join(plan.NICs, ","), orDefault(plan.Level, "-")))
-			}
-		} else if p.Spec.SchedulerName == s.SchedulerName && p.Spec.NodeName != "" {
-			b.info("plan", "none: the plugin left this pod alone (no GPU, or every GPU of the node)")
-		}
+		podPlacement(b, s, o)
 	}
 	if b.startLayer(LayerDevices) {
-		raw, ok := p.Annotations[annotations.ObservedKey]
-		switch {
-		case !ok:
-			b.unknown("observed devices", "no "+annotations.ObservedKey+" annotation yet", "the exporter on "+p.Spec.NodeName+" writes it once the pod runs: check it is ready (nicaffinity doctor cluster)")
-		default:
-			obs, err := annotations.ParseObserved(raw)
-			if err != nil {
-				b.fail("observed devices", err.Error(), "")
-				break
-			}
-			observed = &obs
-			var pairs []string
-			for _, g := range obs.GPUs {
-				pairs = append(pairs, fmt.Sprintf("%s-%s %s", g.BusID, orDefault(g.NIC, "no NIC"), g.Level))
-			}
-			detail := fmt.Sprintf("worst %s (%s)", orDefault(obs.Level, "-"), strings.Join(pairs, ", "))
-			switch {
-			case len(obs.GPUDirect) > 0 && !obs.Aligned:
-				b.fail("GPU-NIC alignment", detail+"; GPUDirect RDMA impossible: "+strings.Join(obs.GPUDirect, "; "), "nicaffinity doctor node on "+p.Spec.NodeName)
-			case !obs.Aligned:
-				b.fail("GPU-NIC alignment", detail+": not aligned, NCCL stages RDMA through host memory",
-					"recreate the pod with schedulerName "+s.SchedulerName+" and policy required; if the plan was not followed, enable the allocation proxy (docs/allocation-proxy.md)")
-			default:
-				b.pass("GPU-NIC alignment", detail)
-			}
-			if obs.Plan == "differs" {
-				b.warn("plan followed", "the node handed out other GPUs than the scheduler planned", "enable the allocation proxy on the node (docs/allocation-proxy.md)")
-			}
-		}
+		observed = podDevices(b, s)
 	}
 	if b.startLayer(LayerNetwork) {
-		if observed != nil && len(observed.NICs) > 0 {
-			hca := strings.Join(observed.NICs, ",")
-			if set := envValue(p, "NCCL_IB_HCA"); set != "" && !coversHCAs(set, observed.NICs) {
-				b.warn("NCCL_IB_HCA", fmt.Sprintf("the pod sets %q; its GPUs' nearest NICs are %s", set, hca), "set NCCL_IB_HCA="+hca+" (or run the job under nicaffinity env)")
-			} else {
-				b.info("NCCL_IB_HCA", hca)
-			}
-			roce := roceNICs(s.NRT, observed.NICs)
-			switch {
-			case len(roce) == 0:
-			case p.Spec.HostNetwork:
-				b.pass("RoCE networking", "hostNetwork: true")
-			case p.Annotations[MultusNetworks] != "":
-				b.pass("RoCE networking", "secondary network "+p.Annotations[MultusNetworks]+" (re-check the GID index inside the pod: show_gids | grep v2)")
-			default:
-				b.fail("RoCE networking", strings.Join(roce, ",")+" are RoCE (Ethernet) and the pod has neither hostNetwork nor a MacVLAN/SR-IOV network",
-					"set hostNetwork: true, or attach a MacVLAN network with the "+MultusNetworks+" annotation")
-			}
-		} else {
-			b.info("NCCL_IB_HCA", "no NIC observed for this pod")
-		}
+		podNetwork(b, s, observed)
 	}
 	if b.startLayer(LayerPermissions) {
-		for _, c := range p.Spec.Containers {
-			if !usesDevices(c, o) {
-				continue
-			}
-			if hasCap(c, "IPC_LOCK") {
-				b.pass("container "+c.Name+": IPC_LOCK", "added")
-			} else {
-				b.fail("container "+c.Name+": IPC_LOCK", "not added: RDMA cannot pin (register) memory",
-					`securityContext.capabilities.add: ["IPC_LOCK"]`)
-			}
-		}
-		b.info("memlock", "not visible through the API: kubectl exec "+p.Name+" -- sh -c 'ulimit -l' should print unlimited")
+		podPermissions(b, p, o)
 	}
 	return b.report()
+}
+
+// podPlacement checks where the pod is, what it asks for, who placed it and
+// its plan.
+func podPlacement(b *builder, s PodState, o ClusterOptions) {
+	p := s.Pod
+	switch {
+	case p.Spec.NodeName == "":
+		why := "Pending, not scheduled"
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
+				why += ": " + c.Message
+			}
+		}
+		b.fail("scheduled", why, "kubectl nicaffinity why "+p.Name+" (or kubectl describe pod): each node's reason says what is missing")
+	default:
+		b.pass("scheduled", "on "+p.Spec.NodeName)
+	}
+	// What the plugin reads of the pod, through the reader it uses.
+	switch r, ok, err := podreq.Read(p, o.RequestConfig()); {
+	case err != nil:
+		b.fail("request", err.Error()+": the nicaffinity scheduler refuses the pod on every node", "fix the annotation (docs/scheduler.md)")
+	case !ok:
+		b.info("request", "no "+o.GPUResource+": nothing for nicaffinity to place")
+	default:
+		b.info("request", describeRequest(r))
+	}
+	if p.Spec.SchedulerName != s.SchedulerName {
+		b.warn("scheduler", fmt.Sprintf("%q placed it, not %s: nothing chose its GPUs for their NICs", orDefault(p.Spec.SchedulerName, "default-scheduler"), s.SchedulerName),
+			"set spec.schedulerName: "+s.SchedulerName)
+	}
+	if a, ok := p.Annotations[annotations.AllocationKey]; ok {
+		plan, err := annotations.ParseAllocation(a)
+		if err != nil {
+			b.warn("plan", err.Error(), "")
+		} else {
+			b.info("plan", fmt.Sprintf("GPUs %s, NICs %s, level %s", strings.Join(plan.GPUs, ","), strings.Join(plan.NICs, ","), orDefault(plan.Level, "-")))
+		}
+	} else if p.Spec.SchedulerName == s.SchedulerName && p.Spec.NodeName != "" {
+		b.info("plan", "none: the plugin left this pod alone (no GPU, or every GPU of the node)")
+	}
+}
+
+// podDevices checks what the exporter observed the pod got, and returns it
+// (nil when there is no observation to go by).
+func podDevices(b *builder, s PodState) (observed *annotations.Observed) {
+	p := s.Pod
+	raw, ok := p.Annotations[annotations.ObservedKey]
+	switch {
+	case !ok:
+		b.unknown("observed devices", "no "+annotations.ObservedKey+" annotation yet", "the exporter on "+p.Spec.NodeName+" writes it once the pod runs: check it is ready (nicaffinity doctor cluster)")
+	default:
+		obs, err := annotations.ParseObserved(raw)
+		if err != nil {
+			b.fail("observed devices", err.Error(), "")
+			break
+		}
+		observed = &obs
+		var pairs []string
+		for _, g := range obs.GPUs {
+			pairs = append(pairs, fmt.Sprintf("%s-%s %s", g.BusID, orDefault(g.NIC, "no NIC"), g.Level))
+		}
+		detail := fmt.Sprintf("worst %s (%s)", orDefault(obs.Level, "-"), strings.Join(pairs, ", "))
+		switch {
+		case len(obs.GPUDirect) > 0 && !obs.Aligned:
+			b.fail("GPU-NIC alignment", detail+"; GPUDirect RDMA impossible: "+strings.Join(obs.GPUDirect, "; "), "nicaffinity doctor node on "+p.Spec.NodeName)
+		case !obs.Aligned:
+			b.fail("GPU-NIC alignment", detail+": not aligned, NCCL stages RDMA through host memory",
+				"recreate the pod with schedulerName "+s.SchedulerName+" and policy required; if the plan was not followed, enable the allocation proxy (docs/allocation-proxy.md)")
+		default:
+			b.pass("GPU-NIC alignment", detail)
+		}
+		if obs.Plan == "differs" {
+			b.warn("plan followed", "the node handed out other GPUs than the scheduler planned", "enable the allocation proxy on the node (docs/allocation-proxy.md)")
+		}
+	}
+	return observed
+}
+
+// podNetwork checks NCCL's NIC list against the observed NICs, and the RoCE
+// networking a pod needs.
+func podNetwork(b *builder, s PodState, observed *annotations.Observed) {
+	p := s.Pod
+	if observed != nil && len(observed.NICs) > 0 {
+		hca := strings.Join(observed.NICs, ",")
+		if set := envValue(p, "NCCL_IB_HCA"); set != "" && !coversHCAs(set, observed.NICs) {
+			b.warn("NCCL_IB_HCA", fmt.Sprintf("the pod sets %q; its GPUs' nearest NICs are %s", set, hca), "set NCCL_IB_HCA="+hca+" (or run the job under nicaffinity env)")
+		} else {
+			b.info("NCCL_IB_HCA", hca)
+		}
+		roce := roceNICs(s.NRT, observed.NICs)
+		switch {
+		case len(roce) == 0:
+		case p.Spec.HostNetwork:
+			b.pass("RoCE networking", "hostNetwork: true")
+		case p.Annotations[MultusNetworks] != "":
+			b.pass("RoCE networking", "secondary network "+p.Annotations[MultusNetworks]+" (re-check the GID index inside the pod: show_gids | grep v2)")
+		default:
+			b.fail("RoCE networking", strings.Join(roce, ",")+" are RoCE (Ethernet) and the pod has neither hostNetwork nor a MacVLAN/SR-IOV network",
+				"set hostNetwork: true, or attach a MacVLAN network with the "+MultusNetworks+" annotation")
+		}
+	} else {
+		b.info("NCCL_IB_HCA", "no NIC observed for this pod")
+	}
+}
+
+// podPermissions checks what RDMA needs of the containers that use devices.
+func podPermissions(b *builder, p *corev1.Pod, o ClusterOptions) {
+	for _, c := range p.Spec.Containers {
+		if !usesDevices(c, o) {
+			continue
+		}
+		if hasCap(c, "IPC_LOCK") {
+			b.pass("container "+c.Name+": IPC_LOCK", "added")
+		} else {
+			b.fail("container "+c.Name+": IPC_LOCK", "not added: RDMA cannot pin (register) memory",
+				`securityContext.capabilities.add: ["IPC_LOCK"]`)
+		}
+	}
+	b.info("memlock", "not visible through the API: kubectl exec "+p.Name+" -- sh -c 'ulimit -l' should print unlimited")
 }
 
 // describeRequest says what a pod asks for, in words.

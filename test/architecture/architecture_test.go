@@ -3,7 +3,12 @@
 package architecture
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -61,5 +66,59 @@ func TestNoProductImportsTestPackages(t *testing.T) {
 	}
 	if checked < 20 {
 		t.Fatalf("only %d packages checked", checked)
+	}
+}
+
+// longFunctionExceptions are the functions allowed past maxFunctionLines,
+// with why.
+var longFunctionExceptions = map[string]string{
+	"internal/sim/sim.go replay": "the virtual-time replay rewrites and splits it (its own issue)",
+}
+
+const maxFunctionLines = 100
+
+// TestNoLongFunctions: no function of the product, the simulator or the
+// tools (pkg/, cmd/, internal/; test files and test packages aside) is
+// longer than maxFunctionLines, except the listed ones: long functions are
+// split along their seams, each piece named and tested.
+func TestNoLongFunctions(t *testing.T) {
+	fset := token.NewFileSet()
+	seen := 0
+	for _, root := range []string{"pkg", "cmd", "internal"} {
+		err := filepath.WalkDir(filepath.Join("..", "..", root), func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() && strings.HasSuffix(d.Name(), "test") || d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return nil
+			}
+			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(filepath.Join("..", ".."), path)
+			for _, decl := range f.Decls {
+				fn, ok := decl.(*ast.FuncDecl)
+				if !ok || fn.Body == nil {
+					continue
+				}
+				seen++
+				lines := fset.Position(fn.End()).Line - fset.Position(fn.Pos()).Line + 1
+				key := filepath.ToSlash(rel) + " " + fn.Name.Name
+				if _, ok := longFunctionExceptions[key]; lines > maxFunctionLines && !ok {
+					t.Errorf("%s is %d lines, at most %d", key, lines, maxFunctionLines)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if seen < 500 {
+		t.Fatalf("only %d functions read", seen)
 	}
 }
