@@ -114,7 +114,7 @@ func (o *draClaimsOptions) run(w io.Writer) error {
 		return fmt.Errorf("--max-level: %w", err)
 	}
 	o.claim.MaxLevel = level
-	var machines []dra.Machine
+	var shapes []dra.Machine
 	switch {
 	case len(o.machines) > 0 && o.sysfsRoot != "":
 		return fmt.Errorf("--machine and --sysfs-root are exclusive")
@@ -124,7 +124,7 @@ func (o *draClaimsOptions) run(w io.Writer) error {
 			if err != nil {
 				return err
 			}
-			machines = append(machines, dra.Machine{Name: m, Topology: topo})
+			shapes = append(shapes, dra.Machine{Name: m, Topology: topo})
 		}
 	default:
 		root := o.sysfsRoot
@@ -135,14 +135,14 @@ func (o *draClaimsOptions) run(w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		machines = []dra.Machine{{Name: "sysfs " + root, Topology: topo}}
+		shapes = []dra.Machine{{Name: "sysfs " + root, Topology: topo}}
 	}
 	var names []string
-	for _, m := range machines {
+	for _, m := range shapes {
 		names = append(names, m.Name)
 	}
 	name := strings.Join(names, ", ")
-	c, err := dra.BuildClaimsFor(machines, o.claim)
+	c, err := dra.BuildClaimsFor(shapes, o.claim)
 	if err != nil {
 		return err
 	}

@@ -127,8 +127,12 @@ func (c *Cache) view(node string) *nodeView {
 }
 
 // View is the node's view, or nil and why the node has no usable object.
-func (c *Cache) View(node string) (*nodeView, string) {
-	v := c.view(node)
+func (c *Cache) View(node string) (*nodeView, string) { return usable(c.view(node)) }
+
+// usable is v if it can be used, else nil and why not. Callers that need
+// the raw view too (Filter counts why it rejects) look it up once and call
+// this.
+func usable(v *nodeView) (*nodeView, string) {
 	switch {
 	case v == nil || (v.c == nil && v.why == ""):
 		return nil, "no NodeResourceTopology for this node"

@@ -27,12 +27,13 @@ func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod
 	if !req.rdma || !req.required {
 		return nil // only scored: every node passes
 	}
-	v, why := pl.cache.View(nodeInfo.Node().Name)
+	raw := pl.cache.view(nodeInfo.Node().Name)
+	v, why := usable(raw)
 	if v == nil {
 		if pl.args.MissingTopology == MissingIgnore {
 			return nil
 		}
-		pl.cache.metrics.reject(unusableReason(pl.cache.view(nodeInfo.Node().Name)))
+		pl.cache.metrics.reject(unusableReason(raw))
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
 	}
 	if req.gpus > len(v.c.GPUs) {

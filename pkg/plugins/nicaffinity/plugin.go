@@ -70,11 +70,9 @@ type NICAffinity struct {
 	cache  *Cache
 	// feed is the informer edge of the cache (nil for a static cache).
 	feed *informerFeed
-	// scoring is shared with the cache, which precomputes with it.
+	// scoring is shared with the cache, which precomputes with it; its
+	// defaults are the request a pod makes without annotations.
 	scoring *scoring
-	// defaults is scoring.defaults: the request a pod makes without
-	// annotations.
-	defaults request
 	// reader is how pods are read (pkg/request), from args.
 	reader podreq.Config
 }
@@ -113,6 +111,6 @@ func NewWithCache(args *Args, h fwk.Handle, cache *Cache) (*NICAffinity, error) 
 	if cache.scoring == nil {
 		return nil, fmt.Errorf("%s: the cache was not made for the plugin's args", Name)
 	}
-	return &NICAffinity{handle: h, args: args, cache: cache, scoring: cache.scoring, defaults: cache.scoring.defaults,
+	return &NICAffinity{handle: h, args: args, cache: cache, scoring: cache.scoring,
 		reader: args.RequestConfig()}, nil
 }
