@@ -273,3 +273,19 @@ func TestCompileSizeCaps(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDecodeCompileLargestConverter is the same object through
+// runtime's reflective converter instead of Decode: the A/B that keeps the
+// hand decoder (docs/bench/hostile-object.md).
+func BenchmarkDecodeCompileLargestConverter(b *testing.B) {
+	u := unstructuredOf(b, nrttest.Largest("n"))
+	for b.Loop() {
+		o := &v1alpha2.NodeResourceTopology{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, o); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := nrt.Compile(o, "nvidia.com/gpu"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
