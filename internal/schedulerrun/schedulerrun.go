@@ -1,9 +1,16 @@
 // Package schedulerrun runs the real kube-scheduler with the nicaffinity
 // plugin in-process, from the KubeSchedulerConfiguration shipped in manifests/.
+//
+// Run builds the scheduler from the same options and server code as
+// kube-scheduler's app.Setup, so that a harness can pass what only the
+// scheduler's own constructor accepts (Options): the simulator's virtual
+// time runs on that (settle.go). Every failure is returned as an error; tests
+// wrap Run with Start.
 package schedulerrun
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -14,12 +21,21 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/configz"
+	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+	schedulerserverconfig "k8s.io/kubernetes/cmd/kube-scheduler/app/config"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
-	"sigs.k8s.io/yaml"
-
+	"k8s.io/kubernetes/pkg/scheduler"
+	schedulerapi "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/kubernetes/pkg/scheduler/profile"
 	"k8s.io/kubernetes/test/utils/ktesting"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/manifests"
@@ -59,18 +75,48 @@ func Edit(cfg string, f func(doc map[string]any) error) (string, error) {
 	return string(b), err
 }
 
-// Start runs the scheduler with cfg (a KubeSchedulerConfiguration; its
-// clientConnection is pointed at cp) until the test ends. Leader election is
-// turned off: kube-scheduler exits the process when it stops leading, which a
-// test cannot survive (run the binary to test election). The returned func
-// stops it early (a scheduler restart).
-func Start(t ktesting.TB, cp *controlplane.ControlPlane, cfg string) (stop func()) {
-	t.Helper()
+// Options is what a harness passes beyond the configuration file.
+type Options struct {
+	// Plugins are registered besides NICAffinity (the simulator's
+	// tie-break).
+	Plugins frameworkruntime.Registry
+	// Profiles changes the completed configuration before the scheduler is
+	// built (after defaulting, so every profile lists its default plugins).
+	Profiles func(*schedulerapi.KubeSchedulerConfiguration) error
+	// Scheduler options are passed to scheduler.New after the
+	// configuration's own, so they win.
+	Scheduler []scheduler.Option
+	// Settle makes the scheduler a harness's to step: it pops a pod only
+	// when the harness allows (Scheduler.Step), and the harness can tell
+	// when every informer handler has caught up (settle.go).
+	Settle bool
+}
+
+// Scheduler is a running scheduler.
+type Scheduler struct {
+	// Sched is the scheduler itself (its queue and cache).
+	Sched *scheduler.Scheduler
+	// Plugin is the nicaffinity-scheduler profile's plugin instance, once
+	// built (nil for a configuration without it).
+	plugin  pluginRef
+	settle  *settler
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan struct{}
+	stopped sync.Once
+	runErr  chan error
+}
+
+// Run starts the scheduler with cfg (a KubeSchedulerConfiguration; its
+// clientConnection is pointed at cp; dir holds its files) until Stop or
+// ctx ends. Leader election is turned off: kube-scheduler exits the process
+// when it stops leading, which a test cannot survive (run the binary to test
+// election).
+func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg, dir string, o Options) (*Scheduler, error) {
 	cfg = strings.Replace(cfg, "leaderElect: true", "leaderElect: false", 1)
-	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if strings.Contains(cfg, "\nclientConnection:\n") {
 		cfg = strings.Replace(cfg, "\nclientConnection:\n", "\nclientConnection:\n  kubeconfig: "+kubeconfig+"\n", 1)
@@ -79,36 +125,35 @@ func Start(t ktesting.TB, cp *controlplane.ControlPlane, cfg string) (stop func(
 	}
 	path := filepath.Join(dir, "scheduler-config.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	opts := options.NewOptions()
 	opts.ConfigFile = path
 	opts.SecureServing.BindPort = 0
 	opts.SecureServing.ServerCert.CertDirectory = dir
-	ctx, cancel := context.WithCancel(context.Background())
-	cc, sched, err := app.Setup(ctx, opts, app.WithPlugin(nicaffinity.Name, nicaffinity.New))
+	ctx, cancel := context.WithCancel(ctx)
+	s := &Scheduler{ctx: ctx, cancel: cancel, done: make(chan struct{}), runErr: make(chan error, 1)}
+	cc, err := s.setup(ctx, opts, o)
 	if err != nil {
 		cancel()
-		t.Fatalf("scheduler setup: %v", err)
+		return nil, fmt.Errorf("scheduler setup: %w", err)
 	}
 	// kube-scheduler registers its configuration under one process-wide
 	// configz name as it starts, and refuses to run when the name is taken.
 	// Schedulers of parallel tests and replays start one at a time: each
 	// frees the name once it has registered (nothing here serves /configz).
 	configzMu.Lock()
-	done := make(chan struct{})
-	runErr := make(chan error, 1)
 	go func() {
-		defer close(done)
-		runErr <- app.Run(ctx, cc, sched)
+		defer close(s.done)
+		s.runErr <- app.Run(ctx, cc, s.Sched)
 	}()
 	registered := false
 	for deadline := time.Now().Add(30 * time.Second); !registered && time.Now().Before(deadline); {
 		select {
-		case err := <-runErr:
+		case err := <-s.runErr:
 			configzMu.Unlock()
 			cancel()
-			t.Fatalf("scheduler stopped as it started: %v", err)
+			return nil, fmt.Errorf("scheduler stopped as it started: %w", err)
 		case <-time.After(5 * time.Millisecond):
 			registered = configzRegistered()
 		}
@@ -117,24 +162,118 @@ func Start(t ktesting.TB, cp *controlplane.ControlPlane, cfg string) (stop func(
 	configzMu.Unlock()
 	if !registered {
 		cancel()
-		<-done
-		t.Fatalf("scheduler did not start within 30 s")
+		<-s.done
+		return nil, errors.New("scheduler did not start within 30 s")
+	}
+	return s, nil
+}
+
+// Err is the scheduler's error if it stopped on its own, nil while it runs
+// or after Stop.
+func (s *Scheduler) Err() error {
+	select {
+	case err := <-s.runErr:
+		s.runErr <- err
+		return err
+	default:
+		return nil
+	}
+}
+
+// Stop stops the scheduler and waits for it (a scheduler restart).
+func (s *Scheduler) Stop() {
+	s.stopped.Do(func() {
+		s.cancel()
+		if s.settle != nil {
+			s.settle.close()
+		}
+		<-s.done
+	})
+}
+
+// setup is kube-scheduler's app.Setup with the harness's options: the same
+// defaulting, validation, completed configuration and constructor, plus
+// what only scheduler.New accepts.
+func (s *Scheduler) setup(ctx context.Context, opts *options.Options, o Options) (*schedulerserverconfig.CompletedConfig, error) {
+	cfg, err := latest.Default()
+	if err != nil {
+		return nil, err
+	}
+	opts.ComponentConfig = cfg
+	if errs := opts.Validate(); len(errs) > 0 {
+		return nil, utilerrors.NewAggregate(errs)
+	}
+	c, err := opts.Config(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cc := c.Complete()
+	if o.Profiles != nil {
+		if err := o.Profiles(&cc.ComponentConfig); err != nil {
+			return nil, err
+		}
+	}
+	registry := frameworkruntime.Registry{nicaffinity.Name: s.plugin.capture(nicaffinity.New)}
+	for name, f := range o.Plugins {
+		if err := registry.Register(name, f); err != nil {
+			return nil, err
+		}
+	}
+	if o.Settle {
+		s.settle = newSettler()
+		// The scheduler's pod and NodeResourceTopology informers are the
+		// harness's to watch: every handler the scheduler (and its plugins)
+		// registers on them reports what it has processed.
+		f := informers.NewSharedInformerFactory(cc.Client, 0)
+		s.settle.trackPods(f)
+		cc.InformerFactory = f
+		cc.DynInformerFactory = s.settle.trackDynamic(cc.DynInformerFactory)
+	}
+	var recorders profile.RecorderFactory = func(name string) events.EventRecorderLogger { return cc.EventBroadcaster.NewRecorder(name) }
+	all := append([]scheduler.Option{
+		scheduler.WithComponentConfigVersion(cc.ComponentConfig.TypeMeta.APIVersion),
+		scheduler.WithKubeConfig(cc.KubeConfig),
+		scheduler.WithProfiles(cc.ComponentConfig.Profiles...),
+		scheduler.WithPercentageOfNodesToScore(cc.ComponentConfig.PercentageOfNodesToScore),
+		scheduler.WithFrameworkOutOfTreeRegistry(registry),
+		scheduler.WithPodMaxBackoffSeconds(cc.ComponentConfig.PodMaxBackoffSeconds),
+		scheduler.WithPodInitialBackoffSeconds(cc.ComponentConfig.PodInitialBackoffSeconds),
+		scheduler.WithPodMaxInUnschedulablePodsDuration(cc.PodMaxInUnschedulablePodsDuration),
+		scheduler.WithExtenders(cc.ComponentConfig.Extenders...),
+		scheduler.WithParallelism(cc.ComponentConfig.Parallelism),
+	}, o.Scheduler...)
+	sched, err := scheduler.New(ctx, cc.Client, cc.InformerFactory, cc.DynInformerFactory, recorders, all...)
+	if err != nil {
+		return nil, err
+	}
+	s.Sched = sched
+	if s.settle != nil {
+		if err := s.settle.attach(sched); err != nil {
+			return nil, err
+		}
+	}
+	klog.FromContext(ctx).V(2).Info("Scheduler built", "profiles", len(cc.ComponentConfig.Profiles))
+	return &cc, nil
+}
+
+// Start runs the scheduler with cfg until the test ends and returns a func
+// that stops it early (a scheduler restart). A scheduler that stops on its
+// own while the test runs fails the test.
+func Start(t ktesting.TB, cp *controlplane.ControlPlane, cfg string) (stop func()) {
+	t.Helper()
+	s, err := Run(context.Background(), cp, cfg, t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
 	go func() {
+		<-s.done
 		// A scheduler that stops while the test still wants it fails the test.
-		if err := <-runErr; err != nil && ctx.Err() == nil {
+		if err := s.Err(); err != nil && s.ctx.Err() == nil {
 			t.Errorf("scheduler stopped: %v", err)
 		}
 	}()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			<-done
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	t.Cleanup(s.Stop)
+	return s.Stop
 }
 
 // configzName is the name kube-scheduler registers its configuration under.

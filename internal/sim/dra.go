@@ -170,9 +170,9 @@ func startDRA(ctx context.Context, cp *controlplane.ControlPlane, p *Plan, col C
 }
 
 // draPod is a DRA job's pod: its template's claim, no extended resources.
-func draPod(r *record, scheduler string) *corev1.Pod {
+func draPod(r *record, name, scheduler string) *corev1.Pod {
 	tmpl := templateName(r.GPUs, r.RDMA)
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: "default"},
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: corev1.PodSpec{SchedulerName: scheduler,
 			ResourceClaims: []corev1.PodResourceClaim{{Name: "devices", ResourceClaimTemplateName: &tmpl}},
 			Containers: []corev1.Container{{Name: "train", Image: "train",

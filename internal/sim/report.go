@@ -87,8 +87,12 @@ func (rep *Report) Format(w io.Writer) {
 
 // header is the report's first line: the cluster, the work and the clock.
 func (rep *Report) header() string {
-	return fmt.Sprintf("%d nodes, %d GPUs (%d next to a NIC at PIX/PXB), %d jobs; times in hours of workload time, replayed %g times faster (latencies: real ms).\n",
-		rep.Nodes, rep.GPUs, rep.AlignedGPUs, rep.Workload.Jobs, rep.Workload.TimeScale)
+	arrival := "arriving over time"
+	if rep.Workload.Arrival == ArrivalBacklog {
+		arrival = "all waiting at the start"
+	}
+	return fmt.Sprintf("%d nodes, %d GPUs (%d next to a NIC at PIX/PXB), %d jobs %s; times in hours of workload time on the replay's virtual clock (scheduler latencies: real ms).\n",
+		rep.Nodes, rep.GPUs, rep.AlignedGPUs, rep.Workload.Jobs, arrival)
 }
 
 // JSON prints the report for machines.

@@ -101,9 +101,8 @@ var figures = []figure{
 	{Key: "rdmaWaitingHours", Label: "RDMA jobs waiting, h", Format: "%.2f", Get: field(func(r *Result) float64 { return r.Fragmentation.WaitingSeconds / 3600 })},
 	{Key: "meanIdleAlignedGPUs", Label: "  aligned GPUs idle (mean)", Format: "%.1f", Get: field(func(r *Result) float64 { return r.Fragmentation.MeanIdleAlignedGPUs })},
 	{Key: "heldByNonRDMAGPUHours", Label: "  aligned GPU-h w/o RDMA", Format: "%.1f", Get: field(func(r *Result) float64 { return r.Fragmentation.HeldByNonRDMAGPUSeconds / 3600 })},
-	{Key: "bindP50Ms", Label: "submit to bound p50, ms", Format: "%.0f", Get: field(func(r *Result) float64 { return float64(r.BindP50Ms) })},
-	{Key: "bindP99Ms", Label: "submit to bound p99, ms", Format: "%.0f", Get: field(func(r *Result) float64 { return float64(r.BindP99Ms) })},
-	{Key: "submitLagP99Minutes", Label: "harness: submit lag p99, min", Format: "%.1f", Get: field(func(r *Result) float64 { return r.SubmitLagP99Minutes })},
+	{Key: "bindP50Ms", Label: "scheduler: create to bound p50, ms", Format: "%.0f", Get: field(func(r *Result) float64 { return float64(r.BindP50Ms) })},
+	{Key: "bindP99Ms", Label: "scheduler: create to bound p99, ms", Format: "%.0f", Get: field(func(r *Result) float64 { return float64(r.BindP99Ms) })},
 }
 
 func pairs(level string) func(*Report, int, *Result, *Result) float64 {

@@ -9,14 +9,12 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
+
+	"k8s.io/kubernetes/pkg/scheduler"
 
 	"github.com/nicaffinity/nicaffinity/internal/cluster"
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
@@ -154,46 +152,61 @@ func (p *Plan) Bound() Bound { return p.bound }
 // Jobs is the number of jobs.
 func (p *Plan) Jobs() int { return len(p.jobs) }
 
-// Progress is a run's state, reported about twice a second.
+// Progress is a run's state, reported about twice a second: Elapsed on the
+// wall clock, Workload on the replay's virtual clock.
 type Progress struct {
 	Scheduler                                string
-	Elapsed                                  time.Duration
+	Elapsed, Workload                        time.Duration
 	Jobs, Submitted, Waiting, Running, Ended int
 }
 
-// minWriteInterval is the shortest exporter write spacing a replay uses:
-// shorter, and seven to a hundred exporters would load the apiserver more
-// than the jobs do.
-const minWriteInterval = 20 * time.Millisecond
+// replayWriteInterval is the exporters' write spacing in a replay. On the
+// virtual clock it only delays the moment a node's object is current (the
+// replay waits for it), so it is short; zero would let a burst of pod
+// changes on one node write once per change.
+const replayWriteInterval = 5 * time.Millisecond
 
 // never marks a moment that did not come.
 const never = time.Duration(-1)
 
 // record is what happened to one job, in workload time since the first
-// submission.
+// submission: Bound when its last pod was bound, Running when its last pod
+// ran (a job's pods run together), Ended when it ended or was given up.
 type record struct {
 	job
 	Bound, Running, Ended time.Duration
-	Node                  string
-	Got                   []int // GPU positions on the node, from the kubelet
-	// Worst is the worst level of the job's GPUs to the NICs it may use,
-	// and Runtime what the time model makes of Duration on them; both set
-	// when the job is Running. Runtime starts as Duration, so a job whose
-	// assignment the kubelet no longer knows runs its aligned time, not 0.
-	Worst    topology.Level
-	Runtime  time.Duration
-	Observed *annotations.Observed
-	Refused  bool
-	// Lag is how late the replay submitted the job against the written
-	// arrival: the harness falling behind, not the scheduler.
-	Lag time.Duration
+	Pods                  []podRecord
+	// Worst is the worst level of the job's GPUs to the NICs they may use,
+	// over all its pods, and Runtime what the time model makes of Duration
+	// on them (the job communicates at the speed of its worst pod); both
+	// set when the job is Running. Runtime starts as Duration, so a job
+	// whose assignment the kubelet no longer knows runs its aligned time.
+	Worst   topology.Level
+	Runtime time.Duration
+	Refused bool
 }
 
-// started fills a Running job's level and runtime from what the kubelet
-// handed it.
-func (r *record) started(m TimeModel, n nodeInfo, a kubeletsim.Assignment) {
-	r.Got = a.GPUs
-	r.Worst = n.worst(a)
+// podRecord is one pod of a job.
+type podRecord struct {
+	Name           string
+	Node           string
+	Bound, Running time.Duration
+	Got            []int // GPU positions on the node, from the kubelet
+	Observed       *annotations.Observed
+	// BindLatency and RunLatency are from creation to bound and to Running
+	// on the wall clock: the scheduler's and kubelet's latency, not
+	// workload time.
+	BindLatency, RunLatency time.Duration
+	assignment              kubeletsim.Assignment
+}
+
+// started fills a Running job's level and runtime from what the kubelets
+// handed its pods.
+func (r *record) started(m TimeModel, nodes map[string]nodeInfo) {
+	r.Worst = topology.LevelPIX
+	for _, pr := range r.Pods {
+		r.Worst = max(r.Worst, nodes[pr.Node].worst(pr.assignment))
+	}
 	r.Runtime = m.Runtime(r.Duration, r.GPUs, r.RDMA, r.Worst)
 }
 
@@ -210,21 +223,24 @@ func Run(ctx context.Context, p *Plan, col Column, progress func(Progress)) (Res
 	defer env.Close()
 	err := env.Run(func() {
 		cp := controlplane.Start(env)
-		// The exporters' write spacing is compressed with the workload: at
-		// 1 s of replay a freed GPU would stay unpublished for TimeScale
-		// seconds of workload time, which no real cluster sees.
 		opts := cluster.DefaultOptions()
-		opts.MinWriteInterval = max(minWriteInterval, time.Duration(float64(opts.MinWriteInterval)/p.Workload.TimeScale))
+		// No heartbeat: a write that changes nothing would move pods in the
+		// scheduler's queue at a moment the wall clock picks.
+		opts.MinWriteInterval, opts.ResyncPeriod = replayWriteInterval, 24*time.Hour
 		opts.StaticTopology = true
 		cl := cluster.Start(env, cp, opts, nodes...)
 		if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
 			env.Fatalf("%v", err)
 		}
-		cfg, err := schedulerrun.ShippedConfig()
+		cfg, err := replayConfig()
 		if err != nil {
 			env.Fatalf("%v", err)
 		}
-		schedulerrun.Start(env, cp, schedulerrun.WithDefaultProfile(cfg))
+		sched, err := schedulerrun.Run(ctx, cp, cfg, env.TempDir(), replaySchedulerOptions())
+		if err != nil {
+			env.Fatalf("%v", err)
+		}
+		env.Cleanup(sched.Stop)
 		if col.Kubelet == kubeletsim.DRA {
 			draCtx, stop := context.WithCancel(ctx)
 			env.Cleanup(stop)
@@ -232,202 +248,69 @@ func Run(ctx context.Context, p *Plan, col Column, progress func(Progress)) (Res
 				env.Fatalf("%v", err)
 			}
 		}
-		recs, end, err := replay(ctx, cp, cl, p, col, progress)
+		recs, end, err := replay(ctx, cp, cl, sched, p, col, progress)
 		if err != nil {
 			env.Fatalf("%v", err)
 		}
-		res = summarize(col.Name, recs, p.info, end, p.Workload.TimeScale)
+		res = summarize(col.Name, recs, p.info, end)
 		res.Column = col
 	})
 	return res, err
 }
 
-// replay submits the jobs at their times, follows them through a pod
-// informer, ends each after its duration, and gives up on those not Running
-// within MaxWait.
-func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Cluster, p *Plan, col Column, progress func(Progress)) ([]*record, time.Duration, error) {
-	scheduler := col.Scheduler
-	opts := cluster.DefaultOptions()
-	w := p.Workload
-	info := map[string]nodeInfo{}
-	for _, n := range p.info {
-		info[n.Name] = n
+// replayConfig is the shipped configuration with the default profile
+// beside it, and what the virtual clock needs of the plugin: no freshness
+// limit (an object's age on the wall clock is not workload time) and
+// reservations that outlast any settle.
+func replayConfig() (string, error) {
+	cfg, err := schedulerrun.ShippedConfig()
+	if err != nil {
+		return "", err
 	}
-	recs := make([]*record, len(p.jobs))
-	byName := map[string]*record{}
-	running := map[string]chan struct{}{}
-	for i, j := range p.jobs {
-		recs[i] = &record{job: j, Bound: never, Running: never, Ended: never, Runtime: j.Duration}
-		byName[j.Name] = recs[i]
-		running[j.Name] = make(chan struct{})
-	}
-	var mu sync.Mutex
-	var start time.Time
-	// since is workload time; the replay's clock runs TimeScale times faster.
-	since := func() time.Duration { return time.Duration(float64(time.Since(start)) * w.TimeScale) }
-	observe := func(obj any) {
-		pod, ok := obj.(*corev1.Pod)
-		if !ok {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		r := byName[pod.Name]
-		if r == nil || r.Ended != never {
-			return
-		}
-		if pod.Spec.NodeName != "" && r.Bound == never {
-			r.Bound, r.Node = since(), pod.Spec.NodeName
-		}
-		for _, c := range pod.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-				r.Refused = true
-			}
-		}
-		if pod.Status.Phase == corev1.PodRunning && r.Running == never {
-			r.Running = since()
-			if n := cl.Nodes[pod.Spec.NodeName]; n != nil {
-				if a, ok := n.Kubelet.Assigned(pod.UID); ok {
-					r.started(w.TimeModel, info[pod.Spec.NodeName], a)
+	return schedulerrun.Edit(schedulerrun.WithDefaultProfile(cfg), func(doc map[string]any) error {
+		profiles, _ := doc["profiles"].([]any)
+		for _, p := range profiles {
+			m, _ := p.(map[string]any)
+			pcs, _ := m["pluginConfig"].([]any)
+			for _, pc := range pcs {
+				c, _ := pc.(map[string]any)
+				if c["name"] != "NICAffinity" {
+					continue
 				}
+				args, _ := c["args"].(map[string]any)
+				if args == nil {
+					return fmt.Errorf("the NICAffinity pluginConfig has no args")
+				}
+				args["topologyMaxAge"] = "0s"
+				args["reservationTimeout"] = "24h"
 			}
-			close(running[pod.Name])
 		}
-		if v, ok := pod.Annotations[annotations.ObservedKey]; ok && r.Observed == nil {
-			if obs, err := annotations.ParseObserved(v); err == nil {
-				r.Observed = &obs
-			}
-		}
-	}
-	factory := informers.NewSharedInformerFactoryWithOptions(cp.Kube, 0, informers.WithNamespace("default"))
-	inf := factory.Core().V1().Pods().Informer()
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    observe,
-		UpdateFunc: func(_, obj any) { observe(obj) },
-	}); err != nil {
-		return nil, 0, err
-	}
-	stop := make(chan struct{})
-	defer close(stop)
-	factory.Start(stop)
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		return nil, 0, fmt.Errorf("pod informer did not sync")
-	}
+		return nil
+	})
+}
 
-	var wg sync.WaitGroup
-	var submitted int
-	var createErr error
-	report := func() {
-		if progress == nil {
-			return
-		}
-		mu.Lock()
-		s := Progress{Scheduler: col.Name, Elapsed: time.Since(start), Jobs: len(recs), Submitted: submitted}
-		for _, r := range recs[:submitted] {
-			switch {
-			case r.Ended != never:
-				s.Ended++
-			case r.Running != never:
-				s.Running++
-			default:
-				s.Waiting++
-			}
-		}
-		mu.Unlock()
-		progress(s)
+// replaySchedulerOptions step the scheduler (schedulerrun's settle), break
+// ties deterministically (tiebreak.go) and take backoff off the wall clock.
+//
+// Backoff: kube-scheduler's configuration cannot turn it off (validation
+// wants podInitialBackoffSeconds >= 1), but scheduler.New takes a maximum
+// of 0, which its backoff queue reads as "no backoff". On the virtual
+// clock every settle takes no workload time, so a backoff of seconds would
+// only decide, by the wall clock, whether a requeued pod waits in the
+// backoff queue or the active queue, and so which pod goes first. Without
+// it every requeued pod goes to the active queue, in the queue's order
+// (priority, then when it was last queued), which follows from the
+// sequence of attempts alone. The periodic flush of pods parked longer than
+// podMaxInUnschedulablePodsDuration runs on a wall-clock ticker, so it is
+// pushed out of reach: only queueing hints move parked pods.
+func replaySchedulerOptions() schedulerrun.Options {
+	return schedulerrun.Options{
+		Plugins:  tieBreakPlugins(),
+		Profiles: deterministicProfiles,
+		Scheduler: []scheduler.Option{
+			scheduler.WithPodMaxBackoffSeconds(0),
+			scheduler.WithPodMaxInUnschedulablePodsDuration(100 * 365 * 24 * time.Hour),
+		},
+		Settle: true,
 	}
-	ticker := time.NewTicker(500 * time.Millisecond)
-	defer ticker.Stop()
-	tickerDone := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-ticker.C:
-				report()
-			case <-tickerDone:
-				return
-			}
-		}
-	}()
-
-	pods := cp.Kube.CoreV1().Pods("default")
-	mu.Lock()
-	start = time.Now()
-	mu.Unlock()
-	for _, r := range recs {
-		if d := w.replay(r.At - since()); d > 0 {
-			select {
-			case <-time.After(d):
-			case <-ctx.Done():
-				return nil, 0, ctx.Err()
-			}
-		}
-		limits := corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(int64(r.GPUs), resource.DecimalSI)}
-		switch {
-		case r.VF:
-			limits[corev1.ResourceName(opts.SRIOVResource)] = resource.MustParse("1")
-		case r.RDMA:
-			limits[corev1.ResourceName(opts.RDMAResource)] = resource.MustParse("1")
-		}
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: "default"},
-			Spec: corev1.PodSpec{SchedulerName: scheduler, Containers: []corev1.Container{{Name: "train", Image: "train",
-				Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits}}}}}
-		if col.Kubelet == kubeletsim.DRA {
-			pod = draPod(r, scheduler)
-		}
-		if col.Policy != "" {
-			pod.Annotations = map[string]string{annotations.Policy: col.Policy}
-		}
-		mu.Lock()
-		now := since()
-		r.Lag = max(0, now-r.At)
-		r.At = now // the real moment, for the report's time axis
-		submitted++
-		mu.Unlock()
-		// Each job lives on a goroutine of its own from its submission: the
-		// arrival clock never waits on the apiserver.
-		wg.Add(1)
-		go func(r *record) {
-			defer wg.Done()
-			if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-				mu.Lock()
-				if createErr == nil {
-					createErr = fmt.Errorf("create %s: %w", r.Name, err)
-				}
-				r.Ended = since()
-				mu.Unlock()
-				return
-			}
-			ran := false
-			select {
-			case <-running[r.Name]:
-				ran = true
-			case <-time.After(w.replay(w.MaxWait.Std())):
-			case <-ctx.Done():
-			}
-			if ran {
-				mu.Lock()
-				d := r.Runtime
-				mu.Unlock()
-				select {
-				case <-time.After(w.replay(d)):
-				case <-ctx.Done():
-				}
-			}
-			// The job ends now; the deletion's own latency is not its time.
-			mu.Lock()
-			r.Ended = since()
-			mu.Unlock()
-			_ = pods.Delete(context.Background(), r.Name, metav1.DeleteOptions{})
-		}(r)
-	}
-	wg.Wait()
-	close(tickerDone)
-	report()
-	mu.Lock()
-	defer mu.Unlock()
-	if createErr != nil {
-		return nil, 0, createErr
-	}
-	return recs, since(), ctx.Err()
 }

@@ -43,11 +43,15 @@ type Pool struct {
 	Sysfs   string `yaml:"sysfs,omitempty" json:"sysfs,omitempty"`
 }
 
-// WorkloadSpec is the jobs to replay. Each job is one pod.
+// WorkloadSpec is the jobs to replay.
 type WorkloadSpec struct {
 	Jobs int `yaml:"jobs" json:"jobs"`
-	// Sizes weighs job sizes in GPUs (1: 4 means four parts in the draw).
-	Sizes map[int]int `yaml:"sizes" json:"sizes"`
+	// Sizes weighs one-pod job sizes in GPUs (1: 4 means four parts in the
+	// draw), and MultiPod jobs of P pods of G GPUs each, written "PxG"
+	// ("4x8": 1), in the same draw. A job's pods run together: it starts
+	// when its last pod runs, and communicates at the speed of its worst.
+	Sizes    map[int]int    `yaml:"sizes" json:"sizes"`
+	MultiPod map[string]int `yaml:"multiPod,omitempty" json:"multiPod,omitempty"`
 	// RDMAShare of jobs need a NIC; VFShare of those take an SR-IOV VF
 	// instead of the shared rdma/hca resource.
 	RDMAShare float64 `yaml:"rdmaShare" json:"rdmaShare"`
@@ -65,17 +69,21 @@ type WorkloadSpec struct {
 	MaxDuration Duration  `yaml:"maxDuration" json:"maxDuration"`
 	MaxWait     Duration  `yaml:"maxWait" json:"maxWait"`
 	TimeModel   TimeModel `yaml:"timeModel" json:"timeModel"`
-	// TimeScale compresses time: the replay runs TimeScale times faster
-	// than the workload's clock. Every duration in the spec, and every
-	// figure of the report but the scheduler's latencies, is workload time.
-	TimeScale float64 `yaml:"timeScale" json:"timeScale"`
-	Seed      int64   `yaml:"seed" json:"seed"`
+	// Arrival is "poisson" (the Load ramp or Interarrival) or "backlog":
+	// every job is submitted at the start, so that makespan measures how
+	// fast the cluster gets through the same work.
+	Arrival string `yaml:"arrival,omitempty" json:"arrival,omitempty"`
+	Seed    int64  `yaml:"seed" json:"seed"`
+	// TimeScale is refused with a message: the replay no longer compresses
+	// the wall clock.
+	TimeScale float64 `yaml:"timeScale,omitempty" json:"-"`
 }
 
-// replay is a workload duration on the replay's clock.
-func (w WorkloadSpec) replay(d time.Duration) time.Duration {
-	return time.Duration(float64(d) / w.TimeScale)
-}
+// Arrival patterns.
+const (
+	ArrivalPoisson = "poisson"
+	ArrivalBacklog = "backlog"
+)
 
 // Load is a linear ramp of offered GPU load.
 type Load struct {
@@ -106,9 +114,7 @@ func (d Duration) Std() time.Duration { return time.Duration(d) }
 // GPUs per NIC at PXB), Azure NDv2 (8 V100, one NIC for all: no GPUDirect
 // anywhere), the half-NIC shape (switches without a NIC), and an H20 with
 // SR-IOV VFs on two of its NICs. The load rises to 90% of the GPUs. Jobs
-// run 15 to 60 minutes, replayed 2400 times faster (0.375 to 1.5 s): the
-// scheduler, kubelets and exporters take milliseconds per pod, which the
-// compression turns into seconds of workload time, small next to jobs.
+// run 15 to 60 minutes of workload time (the replay's virtual clock).
 var (
 	DefaultCluster = ClusterSpec{Pools: []Pool{
 		{Name: "h100", Count: 2, Machine: "hgx-h100-8gpu-8nic"},
@@ -119,27 +125,36 @@ var (
 	}}
 	DefaultWorkload = WorkloadSpec{Jobs: 64, Sizes: map[int]int{1: 4, 2: 3, 4: 2, 8: 1}, RDMAShare: 0.7, VFShare: 0.1,
 		Load: Load{From: 0.3, To: 0.9}, MinDuration: Duration(15 * time.Minute), MaxDuration: Duration(60 * time.Minute),
-		MaxWait: Duration(3 * time.Hour), TimeModel: DefaultTimeModel, TimeScale: 2400, Seed: 1}
+		MaxWait: Duration(3 * time.Hour), TimeModel: DefaultTimeModel, Seed: 1}
 )
 
 // Scenario is a bundled cluster and workload.
 type Scenario struct {
 	Cluster  ClusterSpec
 	Workload WorkloadSpec
-	// Parallel is how many replays run at a time on two cores without the
-	// control planes falling behind (the report's submit lag says).
+	// Parallel is how many replays run at a time. On the virtual clock it
+	// changes how long a run takes, never its figures.
 	Parallel int
 }
 
-// Scenarios are the bundled ones: "default" (make demo) and "large", 64
-// nodes of the same shapes in about the same proportions and 1000 jobs,
-// replayed at a gentler compression (150x: 6 to 24 s a job) so that one
-// control plane with 64 exporters and kubelets keeps up on a core: at 900x
-// bindings lagged seconds behind and most jobs were given up.
+// Scenarios are the bundled ones: "default" (make demo), "backlog" (the
+// default's cluster with 96 jobs all waiting at the start: makespan is
+// throughput there), "large" (64 nodes of the same shapes in about the same
+// proportions, 1000 jobs) and "xlarge" (512 nodes, 10,000 jobs).
 var Scenarios = map[string]Scenario{
 	"default": {Cluster: DefaultCluster, Workload: DefaultWorkload, Parallel: 2},
+	"backlog": {Cluster: DefaultCluster, Workload: BacklogWorkload, Parallel: 2},
 	"large":   {Cluster: LargeCluster, Workload: LargeWorkload, Parallel: 2},
+	"xlarge":  {Cluster: XLargeCluster, Workload: XLargeWorkload, Parallel: 1},
 }
+
+// BacklogWorkload submits the default's job mix, half again as many, all at
+// once; no job is given up (maxWait is past any makespan).
+var BacklogWorkload = func() WorkloadSpec {
+	w := DefaultWorkload
+	w.Jobs, w.Arrival, w.MaxWait = 96, ArrivalBacklog, Duration(maxDuration)
+	return w
+}()
 
 var (
 	LargeCluster = ClusterSpec{Pools: []Pool{
@@ -151,7 +166,20 @@ var (
 	}}
 	LargeWorkload = func() WorkloadSpec {
 		w := DefaultWorkload
-		w.Jobs, w.TimeScale = 1000, 150
+		w.Jobs = 1000
+		return w
+	}()
+	XLargeCluster = func() ClusterSpec {
+		var c ClusterSpec
+		for _, p := range LargeCluster.Pools {
+			p.Count *= 8
+			c.Pools = append(c.Pools, p)
+		}
+		return c
+	}()
+	XLargeWorkload = func() WorkloadSpec {
+		w := DefaultWorkload
+		w.Jobs = 10_000
 		return w
 	}()
 )
@@ -188,10 +216,10 @@ const (
 	maxPools        = 100
 	maxJobs         = 100_000
 	maxDuration     = 7 * 24 * time.Hour
-	maxTimeScale    = 100_000
-	// A replayed job shorter than this would measure the control plane's
-	// latency, not the placement.
-	minReplayDuration = 100 * time.Millisecond
+	// maxJobPods caps a multi-pod job; maxLoad the offered load (above 1
+	// jobs queue up: a backlog that builds over time).
+	maxJobPods = 64
+	maxLoad    = 10
 )
 
 func decodeStrict(file string, b []byte, out any) (*yaml.Node, error) {
@@ -366,24 +394,33 @@ func ParseWorkload(file string, b []byte) (WorkloadSpec, error) {
 		return w, bad(fmt.Sprintf("%g: want a share of the RDMA jobs in [0, 1]", w.VFShare), "vfShare")
 	case w.Interarrival < 0:
 		return w, bad("negative", "interarrival")
-	case w.Interarrival == 0 && (w.Load.From <= 0 || w.Load.From > 1):
-		return w, bad(fmt.Sprintf("%g: want a GPU load in (0, 1]", w.Load.From), "load", "from")
-	case w.Interarrival == 0 && (w.Load.To <= 0 || w.Load.To > 1):
-		return w, bad(fmt.Sprintf("%g: want a GPU load in (0, 1]", w.Load.To), "load", "to")
+	case w.Interarrival == 0 && !(w.Load.From > 0 && w.Load.From <= maxLoad):
+		return w, bad(fmt.Sprintf("%g: want a GPU load in (0, %d] (above 1, jobs queue up)", w.Load.From, maxLoad), "load", "from")
+	case w.Interarrival == 0 && !(w.Load.To > 0 && w.Load.To <= maxLoad):
+		return w, bad(fmt.Sprintf("%g: want a GPU load in (0, %d] (above 1, jobs queue up)", w.Load.To, maxLoad), "load", "to")
+	case w.Arrival != "" && w.Arrival != ArrivalPoisson && w.Arrival != ArrivalBacklog:
+		return w, bad(fmt.Sprintf("%q: want %s or %s", w.Arrival, ArrivalPoisson, ArrivalBacklog), "arrival")
+	case w.TimeScale != 0:
+		return w, bad("the replay runs on a virtual clock now (docs/simulate.md), so there is nothing to compress: remove timeScale", "timeScale")
 	case w.MinDuration <= 0:
 		return w, bad("want a positive duration", "minDuration")
 	case w.MaxDuration < w.MinDuration:
 		return w, bad(fmt.Sprintf("%s is less than minDuration %s", w.MaxDuration.Std(), w.MinDuration.Std()), "maxDuration")
 	case w.MaxWait <= 0:
 		return w, bad("want a positive duration", "maxWait")
-	case !(w.TimeScale >= 1 && w.TimeScale <= maxTimeScale): // also NaN
-		return w, bad(fmt.Sprintf("%g: want 1 (no compression) to %d", w.TimeScale, maxTimeScale), "timeScale")
-	case w.replay(w.MinDuration.Std()) < minReplayDuration:
-		return w, bad(fmt.Sprintf("%s at timeScale %g replays in %s: the control plane takes milliseconds per pod, so a job must last at least %s on the replay's clock",
-			w.MinDuration.Std(), w.TimeScale, w.replay(w.MinDuration.Std()).Round(time.Millisecond), minReplayDuration), "minDuration")
 	}
-	if len(w.Sizes) == 0 {
+	if len(w.Sizes) == 0 && len(w.MultiPod) == 0 {
 		return w, bad("no job sizes", "sizes")
+	}
+	for _, k := range slices.Sorted(maps.Keys(w.MultiPod)) {
+		sh, err := parseShape(k)
+		if err != nil {
+			return w, bad(err.Error(), "multiPod", k)
+		}
+		if w.MultiPod[k] < 0 {
+			return w, bad(fmt.Sprintf("weight %d: want 0 or more", w.MultiPod[k]), "multiPod", k)
+		}
+		_ = sh
 	}
 	for _, k := range slices.Sorted(maps.Keys(w.Sizes)) {
 		if k < 1 || k > 8 {
@@ -396,7 +433,7 @@ func ParseWorkload(file string, b []byte) (WorkloadSpec, error) {
 	if w.totalWeight() == 0 {
 		return w, bad("every weight is 0", "sizes")
 	}
-	if err := w.TimeModel.validate(w.Sizes, bad); err != nil {
+	if err := w.TimeModel.validate(w.podSizes(), bad); err != nil {
 		return w, err
 	}
 	return w, nil
@@ -404,10 +441,63 @@ func ParseWorkload(file string, b []byte) (WorkloadSpec, error) {
 
 func (w WorkloadSpec) totalWeight() int {
 	n := 0
-	for _, v := range w.Sizes {
-		n += v
+	for _, sh := range w.shapes() {
+		n += sh.weight
 	}
 	return n
+}
+
+// shape is a job's pods and GPUs per pod, with its weight in the draw.
+type shape struct {
+	pods, gpus, weight int
+}
+
+// parseShape reads "PxG": P pods (2 to maxJobPods) of G GPUs (1 to 8).
+func parseShape(k string) (shape, error) {
+	ps, gs, ok := strings.Cut(k, "x")
+	p, perr := strconv.Atoi(ps)
+	g, gerr := strconv.Atoi(gs)
+	switch {
+	case !ok || perr != nil || gerr != nil:
+		return shape{}, fmt.Errorf("%q: want PxG, P pods of G GPUs (like 4x8)", k)
+	case p < 2 || p > maxJobPods:
+		return shape{}, fmt.Errorf("%q: %d pods: want 2 to %d (one-pod jobs go under sizes)", k, p, maxJobPods)
+	case g < 1 || g > 8:
+		return shape{}, fmt.Errorf("%q: %d GPUs a pod: want 1 to 8", k, g)
+	}
+	return shape{pods: p, gpus: g}, nil
+}
+
+// shapes are the draw's job shapes in a fixed order: one-pod sizes, then
+// multi-pod shapes by pods and GPUs.
+func (w WorkloadSpec) shapes() []shape {
+	var out []shape
+	for _, k := range slices.Sorted(maps.Keys(w.Sizes)) {
+		out = append(out, shape{pods: 1, gpus: k, weight: w.Sizes[k]})
+	}
+	var multi []shape
+	for k, v := range w.MultiPod {
+		if sh, err := parseShape(k); err == nil {
+			sh.weight = v
+			multi = append(multi, sh)
+		}
+	}
+	slices.SortFunc(multi, func(a, b shape) int {
+		if a.pods != b.pods {
+			return a.pods - b.pods
+		}
+		return a.gpus - b.gpus
+	})
+	return append(out, multi...)
+}
+
+// podSizes weighs the GPUs per pod the draw can give.
+func (w WorkloadSpec) podSizes() map[int]int {
+	out := map[int]int{}
+	for _, sh := range w.shapes() {
+		out[sh.gpus] += sh.weight
+	}
+	return out
 }
 
 // machineName names the pool's machine in messages: its shape or file.
@@ -467,9 +557,10 @@ var renamedMachines = map[string]string{"half-nics": "half-nic-8gpu-2nic", "h20-
 // MachineNames are the catalogue's names a pool can give (pkg/machines).
 func MachineNames() []string { return machines.Names() }
 
-// job is one pod of the workload.
+// job is one job of the workload: Pods pods (at least 1) of GPUs GPUs.
 type job struct {
 	Name     string
+	Pods     int
 	GPUs     int
 	RDMA     bool
 	VF       bool
@@ -477,29 +568,42 @@ type job struct {
 	Duration time.Duration
 }
 
+// podName is the name of the job's i-th pod: the job's own for one pod.
+func (j job) podName(i int) string {
+	if j.Pods <= 1 {
+		return j.Name
+	}
+	return fmt.Sprintf("%s-%d", j.Name, i)
+}
+
+// totalGPUs is the job's GPUs over all its pods.
+func (j job) totalGPUs() int { return max(1, j.Pods) * j.GPUs }
+
 // draw lays the workload out in time for a cluster of capacity GPUs: the
 // same seed and capacity give the same jobs.
 func (w WorkloadSpec) draw(capacity int) []job {
 	rng := rand.New(rand.NewSource(w.Seed))
-	var sizes []int
-	for _, k := range slices.Sorted(maps.Keys(w.Sizes)) {
-		for i := 0; i < w.Sizes[k]; i++ {
-			sizes = append(sizes, k)
+	var draw []shape
+	meanGPUs := 0.0
+	for _, sh := range w.shapes() {
+		for i := 0; i < sh.weight; i++ {
+			draw = append(draw, sh)
+			meanGPUs += float64(sh.pods * sh.gpus)
 		}
 	}
-	meanSize := 0.0
-	for _, s := range sizes {
-		meanSize += float64(s)
-	}
-	meanSize /= float64(len(sizes))
-	meanGPUSeconds := meanSize * (w.MinDuration.Std() + w.MaxDuration.Std()).Seconds() / 2
+	meanGPUs /= float64(len(draw))
+	meanGPUSeconds := meanGPUs * (w.MinDuration.Std() + w.MaxDuration.Std()).Seconds() / 2
 	var out []job
 	at := time.Duration(0)
 	for i := 0; i < w.Jobs; i++ {
 		d := w.MinDuration.Std() + time.Duration(rng.Int63n(int64(w.MaxDuration-w.MinDuration)+1))
-		j := job{Name: fmt.Sprintf("job-%03d", i), GPUs: sizes[rng.Intn(len(sizes))], RDMA: rng.Float64() < w.RDMAShare, At: at, Duration: d}
+		sh := draw[rng.Intn(len(draw))]
+		j := job{Name: fmt.Sprintf("job-%03d", i), Pods: sh.pods, GPUs: sh.gpus, RDMA: rng.Float64() < w.RDMAShare, At: at, Duration: d}
 		j.VF = j.RDMA && rng.Float64() < w.VFShare
 		out = append(out, j)
+		if w.Arrival == ArrivalBacklog {
+			continue
+		}
 		// Poisson arrivals at the rate that offers the ramp's load: rate =
 		// load x capacity / mean GPU-seconds of a job.
 		gap := w.Interarrival.Std()
@@ -523,11 +627,9 @@ func (w WorkloadSpec) check(nodes []nodeInfo) error {
 		most = max(most, len(n.GPUs))
 		vfs = vfs || n.VFNICs > 0
 	}
-	sizes := slices.Sorted(maps.Keys(w.Sizes))
-	slices.Reverse(sizes)
-	for _, k := range sizes {
-		if w.Sizes[k] > 0 && k > most {
-			return fmt.Errorf("workload sizes: %d GPUs, but the largest node has %d", k, most)
+	for _, sh := range w.shapes() {
+		if sh.weight > 0 && sh.gpus > most {
+			return fmt.Errorf("workload: pods of %d GPUs, but the largest node has %d", sh.gpus, most)
 		}
 	}
 	if w.VFShare > 0 && w.RDMAShare > 0 && !vfs {

@@ -80,20 +80,14 @@ type Result struct {
 	Plans         int  `json:"plans"`
 	PlansFollowed int  `json:"plansFollowed"`
 	Fragmentation Frag `json:"fragmentation"`
-	// PodsPerSecond is bound jobs over the replay's time from the first
-	// submission to the last bind: arrivals pace it here (nicaffinity-sim
-	// bench measures the scheduler's own rate).
-	PodsPerSecond float64 `json:"podsPerSecond"`
-	// Submission to bound, and submission to Running, on the replay's clock
-	// (real milliseconds, not workload time).
+	// Creation to bound, and creation to Running, of each pod bound at the
+	// moment it was created (not later, when GPUs freed up), on the wall
+	// clock: the scheduler's and kubelet's latency while the replay steps
+	// them one pod at a time, not workload time, which they never stretch.
 	BindP50Ms    int64 `json:"bindLatencyP50Ms"`
 	BindP99Ms    int64 `json:"bindLatencyP99Ms"`
 	RunningP50Ms int64 `json:"runningLatencyP50Ms"`
 	RunningP99Ms int64 `json:"runningLatencyP99Ms"`
-	// SubmitLagP99Minutes is how late the replay submitted jobs against
-	// their written arrival (p99, workload time): when it is more than a
-	// small part of a job, the harness could not keep up at this TimeScale.
-	SubmitLagP99Minutes float64 `json:"submitLagP99Minutes"`
 	// Seconds is the run's length in workload time.
 	Seconds  float64  `json:"seconds"`
 	Timeline []Sample `json:"timeline"`
@@ -128,26 +122,23 @@ var Series = []string{"PIX", "PXB", "PHB", "NODE", "SYS", "unverified", "noRDMA"
 
 // summarize does the accounting of one run; it is pure, so tests can check
 // it on records whose answer is known by hand. Records are in workload
-// time; scale (the workload's TimeScale) turns latencies back into the
-// replay's.
-func summarize(scheduler string, recs []*record, nodes []nodeInfo, end time.Duration, scale float64) Result {
+// time, but for the pods' wall-clock latencies.
+func summarize(scheduler string, recs []*record, nodes []nodeInfo, end time.Duration) Result {
 	res := Result{Scheduler: scheduler, Jobs: len(recs), PairLevels: map[string]int{}, Seconds: round2(end.Seconds())}
 	byNode := map[string]nodeInfo{}
 	for _, n := range nodes {
 		byNode[n.Name] = n
 	}
-	var bind, run, jct, lag []time.Duration
-	lastBind, lastEnd := time.Duration(0), time.Duration(0)
-	replayed := func(d time.Duration) time.Duration { return time.Duration(float64(d) / scale) }
+	var bind, run, jct []time.Duration
+	lastEnd := time.Duration(0)
 	lost := time.Duration(0) // GPU-time
 	for _, r := range recs {
-		lag = append(lag, r.Lag)
 		if r.Running != never && r.Ended != never {
 			res.Finished++
 			jct = append(jct, r.Ended-r.At)
 			lastEnd = max(lastEnd, r.Ended)
 			if r.RDMA {
-				lost += time.Duration(r.GPUs) * max(0, r.Runtime-r.Duration)
+				lost += time.Duration(r.totalGPUs()) * max(0, r.Runtime-r.Duration)
 			}
 		}
 		if r.RDMA {
@@ -161,21 +152,27 @@ func summarize(scheduler string, recs []*record, nodes []nodeInfo, end time.Dura
 			continue
 		}
 		res.Scheduled++
-		bind = append(bind, replayed(r.Bound-r.At))
-		lastBind = max(lastBind, r.Bound)
-		if r.Running != never {
-			run = append(run, replayed(r.Running-r.At))
-		}
-		if r.Observed != nil && r.Observed.Plan != "none" {
-			res.Plans++
-			if r.Observed.Plan == "matched" {
-				res.PlansFollowed++
+		for _, pr := range r.Pods {
+			if pr.Bound == r.At {
+				bind = append(bind, pr.BindLatency)
+			}
+			if pr.Running == r.At {
+				run = append(run, pr.RunLatency)
+			}
+			if pr.Observed != nil && pr.Observed.Plan != "none" {
+				res.Plans++
+				if pr.Observed.Plan == "matched" {
+					res.PlansFollowed++
+				}
 			}
 		}
 		if !r.RDMA || r.Running == never {
 			continue
 		}
-		levels := r.gpuLevels(byNode[r.Node])
+		var levels []string
+		for _, pr := range r.Pods {
+			levels = append(levels, pr.gpuLevels(byNode[pr.Node])...)
+		}
 		eligible := len(levels) > 0
 		for _, l := range levels {
 			res.PairLevels[l]++
@@ -190,9 +187,6 @@ func summarize(scheduler string, recs []*record, nodes []nodeInfo, end time.Dura
 		res.GPUDirectShare = round2(float64(res.GPUDirectJobs) / float64(res.RDMAJobs))
 	}
 	first := firstSubmission(recs)
-	if lastBind > first {
-		res.PodsPerSecond = round2(float64(res.Scheduled) / replayed(lastBind-first).Seconds())
-	}
 	if len(jct) > 0 {
 		sum := time.Duration(0)
 		for _, d := range jct {
@@ -204,18 +198,15 @@ func summarize(scheduler string, recs []*record, nodes []nodeInfo, end time.Dura
 		res.MakespanHours = round2((lastEnd - first).Hours())
 	}
 	res.GPUHoursLost = round2(lost.Hours())
-	if len(lag) > 0 {
-		res.SubmitLagP99Minutes = round2(rank(lag, 99).Minutes())
-	}
 	res.BindP50Ms, res.BindP99Ms = percentiles(bind)
 	res.RunningP50Ms, res.RunningP99Ms = percentiles(run)
 	res.Timeline, res.Fragmentation = timeline(recs, byNode, end)
 	return res
 }
 
-// gpuLevels is the level of each GPU the job got, from the exporter's
+// gpuLevels is the level of each GPU the pod got, from the exporter's
 // observation, or "unverified" where there is none.
-func (r *record) gpuLevels(n nodeInfo) []string {
+func (r *podRecord) gpuLevels(n nodeInfo) []string {
 	var out []string
 	for _, pos := range r.Got {
 		level := "unverified"
@@ -287,22 +278,27 @@ func timeline(recs []*record, nodes map[string]nodeInfo, end time.Duration) ([]S
 					waitingRDMA++
 				}
 			}
-			// A job holds its GPUs from Running to its end.
-			if r.Running == never || t < r.Running || (r.Ended != never && t >= r.Ended) {
+			// A pod holds its GPUs from Running to its job's end.
+			if r.Ended != never && t >= r.Ended {
 				continue
 			}
-			n := nodes[r.Node]
-			levels := r.gpuLevels(n)
-			for i, pos := range r.Got {
-				if !r.RDMA {
-					s.GPUs["noRDMA"]++
-				} else {
-					s.GPUs[levels[i]]++
+			for _, pr := range r.Pods {
+				if pr.Running == never || t < pr.Running {
+					continue
 				}
-				if pos < len(n.Aligned) && n.Aligned[pos] {
-					usedAligned++
+				n := nodes[pr.Node]
+				levels := pr.gpuLevels(n)
+				for i, pos := range pr.Got {
 					if !r.RDMA {
-						nonRDMAAligned++
+						s.GPUs["noRDMA"]++
+					} else {
+						s.GPUs[levels[i]]++
+					}
+					if pos < len(n.Aligned) && n.Aligned[pos] {
+						usedAligned++
+						if !r.RDMA {
+							nonRDMAAligned++
+						}
 					}
 				}
 			}

@@ -418,6 +418,44 @@ func (c *Cache) adopt(node string, pod types.UID, busIDs []string, fingerprint s
 	c.rebuild(node)
 }
 
+// reserving reports whether the cache holds reservations on node.
+func (c *Cache) reserving(node string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.nodes[node]
+	return ok && len(e.reserved) > 0
+}
+
+// confirm drops node's reservations when its object, still the one
+// compiled, counts the pod set whose fingerprint is given: the object
+// holds every pod the reservations were for.
+func (c *Cache) confirm(node, fingerprint string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.nodes[node]
+	if !ok || e.compiled == nil || len(e.reserved) == 0 || e.compiled.Fingerprint == "" || e.compiled.Fingerprint != fingerprint {
+		return
+	}
+	for uid := range e.reserved {
+		delete(c.podNode, uid)
+	}
+	clear(e.reserved)
+	c.rebuild(node)
+}
+
+// versions is the resourceVersion of each node's object in the cache.
+func (c *Cache) versions() map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]string, len(c.nodes))
+	for node, e := range c.nodes {
+		if e.rv != "" {
+			out[node] = e.rv
+		}
+	}
+	return out
+}
+
 // compiledFingerprint is the pod-set fingerprint of node's compiled
 // object ("" without one).
 func (c *Cache) compiledFingerprint(node string) string {

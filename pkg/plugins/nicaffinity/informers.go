@@ -70,11 +70,12 @@ func newInformerFeed(ctx context.Context, h fwk.Handle, cfg storeConfig) (*infor
 		// Plans outlive the scheduler that made them: a restarted scheduler,
 		// or another replica, holds what bound pods were planned to get
 		// until the node's object counts them.
-		AddFunc:    func(obj interface{}) { f.adoptPlan(obj) },
-		UpdateFunc: func(_, obj interface{}) { f.adoptPlan(obj) },
+		AddFunc:    func(obj interface{}) { f.adoptPlan(obj); f.recheck(obj) },
+		UpdateFunc: func(_, obj interface{}) { f.adoptPlan(obj); f.recheck(obj) },
 		DeleteFunc: func(obj interface{}) {
 			if p, ok := deletedObject(obj).(*v1.Pod); ok {
 				c.forgetPod(p.UID)
+				f.recheck(p)
 			}
 		},
 	}); err != nil {
@@ -197,6 +198,21 @@ func (f *informerFeed) adoptPlan(obj interface{}) {
 		fingerprint = f.fingerprintOf(plan.Node)
 	}
 	f.c.adopt(plan.Node, p.UID, plan.GPUs, fingerprint)
+}
+
+// recheck confirms the reservations on a pod's node once the scheduler's
+// pods match the node's object: the object and the pod events come on
+// different informers, in either order, and an object that arrived first
+// would otherwise leave its reservations held (counted twice) until the
+// node's next write or the reservation timeout.
+func (f *informerFeed) recheck(obj interface{}) {
+	p, ok := obj.(*v1.Pod)
+	if !ok || p.Spec.NodeName == "" || f.pods == nil || !f.c.reserving(p.Spec.NodeName) {
+		return
+	}
+	if fp := f.c.compiledFingerprint(p.Spec.NodeName); fp != "" {
+		f.c.confirm(p.Spec.NodeName, f.fingerprintOf(p.Spec.NodeName))
+	}
 }
 
 // nrtGVR is the NodeResourceTopology resource the exporter publishes.

@@ -80,6 +80,12 @@ type NICAffinity struct {
 // Name returns Name.
 func (pl *NICAffinity) Name() string { return Name }
 
+// ObjectVersions is the resourceVersion of each node's NodeResourceTopology
+// that the plugin's store holds. A harness that must know the scheduler has
+// caught up with what the nodes published (the simulator, between two
+// moments of its virtual clock) compares it with what the apiserver serves.
+func (pl *NICAffinity) ObjectVersions() map[string]string { return pl.cache.versions() }
+
 // New builds the plugin with an informer-backed cache of NodeResourceTopology
 // objects. Bad args fail here, so a misconfigured scheduler does not start.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {

@@ -1,0 +1,482 @@
+package sim
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	nrtv1alpha2 "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	nrtinformers "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/generated/informers/externalversions"
+	"github.com/k8stopologyawareschedwg/podfingerprint"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/nicaffinity/nicaffinity/internal/cluster"
+	"github.com/nicaffinity/nicaffinity/internal/controlplane"
+	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
+	"github.com/nicaffinity/nicaffinity/internal/schedulerrun"
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+)
+
+// The replay runs on a virtual clock. Workload time moves only from one
+// event (an arrival, a job's end, a job given up) to the next; at each, the
+// replay applies the change (creates or deletes pods) and then waits until
+// the cluster has settled before it moves on:
+//
+//   - the scheduler pops a pod only when the replay lets it, one at a time,
+//     and only once everything below holds (schedulerrun's Step), until no
+//     pod is left in its active or backoff queue and none is in flight.
+//     Pods parked as unschedulable are settled: only an event moves them;
+//   - every bound pod is admitted by its kubelet (Running, or Failed), and
+//     every Running pod with GPUs carries its exporter's observation;
+//   - every node's NodeResourceTopology counts the pods its kubelet holds
+//     (the pod fingerprint), and the nicaffinity plugin's store holds it;
+//   - every handler of the scheduler's pod and NodeResourceTopology
+//     informers has processed what the apiserver holds, so the queue has
+//     moved every pod an event would move.
+//
+// So a pod's placement follows from the cluster's state and the order of
+// the queue, never from how fast the machine runs the components, and every
+// figure of the report but the latencies is in workload time, which no
+// scheduling delay stretches. The scheduler's latencies are measured on the
+// wall clock and reported apart.
+
+// settleTimeout bounds how long one event may go without progress (a pod
+// popped) before the replay gives up and names what did not settle.
+const settleTimeout = 60 * time.Second
+
+// evKind orders events of one moment: jobs end (freeing GPUs) before jobs
+// are given up, and both before jobs arrive.
+type evKind int
+
+const (
+	evEnd evKind = iota
+	evGiveUp
+	evArrive
+)
+
+type event struct {
+	at   time.Duration
+	kind evKind
+	job  int
+}
+
+type events []event
+
+func (e events) Len() int { return len(e) }
+func (e events) Less(i, j int) bool {
+	if e[i].at != e[j].at {
+		return e[i].at < e[j].at
+	}
+	if e[i].kind != e[j].kind {
+		return e[i].kind < e[j].kind
+	}
+	return e[i].job < e[j].job
+}
+func (e events) Swap(i, j int) { e[i], e[j] = e[j], e[i] }
+func (e *events) Push(x any)   { *e = append(*e, x.(event)) }
+func (e *events) Pop() any {
+	old := *e
+	x := old[len(old)-1]
+	*e = old[:len(old)-1]
+	return x
+}
+
+// replayer is one column's replay.
+type replayer struct {
+	ctx      context.Context
+	cp       *controlplane.ControlPlane
+	cl       *cluster.Cluster
+	sched    *schedulerrun.Scheduler
+	p        *Plan
+	col      Column
+	pods     typedcorev1.PodInterface
+	info     map[string]nodeInfo
+	recs     []*record
+	byPod    map[string]*podRecord
+	jobOf    map[string]*record
+	queue    events
+	now      time.Duration
+	progress func(Progress)
+	start    time.Time
+
+	podStore, nrtStore cache.Store
+	// podView and nrtView are what the replay's own informers have
+	// processed, as the scheduler's handlers must have too.
+	podView, nrtView *schedulerrun.View
+	changed          chan struct{}
+	// alive are the pods the replay created and has not deleted.
+	alive map[string]bool
+	// created is when each pod was created on the wall clock, for the
+	// latency rows.
+	created map[string]time.Time
+}
+
+func (r *replayer) notify() {
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
+// replay runs the plan's jobs through the column's scheduler on virtual time.
+func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Cluster, sched *schedulerrun.Scheduler, p *Plan, col Column, progress func(Progress)) ([]*record, time.Duration, error) {
+	r := &replayer{ctx: ctx, cp: cp, cl: cl, sched: sched, p: p, col: col, pods: cp.Kube.CoreV1().Pods("default"),
+		info: map[string]nodeInfo{}, byPod: map[string]*podRecord{}, jobOf: map[string]*record{}, progress: progress,
+		changed: make(chan struct{}, 1), alive: map[string]bool{}, created: map[string]time.Time{},
+		podView: schedulerrun.NewView(func(obj any) bool {
+			pod, ok := obj.(*corev1.Pod)
+			return ok && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+		}), nrtView: schedulerrun.NewView(nil)}
+	for _, n := range p.info {
+		r.info[n.Name] = n
+	}
+	for i, j := range p.jobs {
+		rec := &record{job: j, Bound: never, Running: never, Ended: never, Runtime: j.Duration}
+		for k := 0; k < max(1, j.Pods); k++ {
+			rec.Pods = append(rec.Pods, podRecord{Name: j.podName(k), Bound: never, Running: never})
+		}
+		r.recs = append(r.recs, rec)
+		for k := range rec.Pods {
+			r.byPod[rec.Pods[k].Name] = &rec.Pods[k]
+			r.jobOf[rec.Pods[k].Name] = rec
+		}
+		heap.Push(&r.queue, event{at: j.At, kind: evArrive, job: i})
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	if err := r.watch(stop); err != nil {
+		return nil, 0, err
+	}
+	r.start = time.Now()
+	lastReport := time.Now()
+	for r.queue.Len() > 0 {
+		r.now = r.queue[0].at
+		for r.queue.Len() > 0 && r.queue[0].at == r.now {
+			if err := r.apply(heap.Pop(&r.queue).(event)); err != nil {
+				return nil, 0, err
+			}
+		}
+		if err := r.settle(); err != nil {
+			return nil, 0, err
+		}
+		r.observe()
+		if time.Since(lastReport) > 500*time.Millisecond {
+			r.report()
+			lastReport = time.Now()
+		}
+	}
+	r.report()
+	return r.recs, r.now, ctx.Err()
+}
+
+// watch starts the replay's own pod and NodeResourceTopology informers.
+func (r *replayer) watch(stop chan struct{}) error {
+	track := func(v *schedulerrun.View) cache.ResourceEventHandler {
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { v.Set(obj); r.notify() },
+			UpdateFunc: func(_, obj any) { v.Set(obj); r.notify() },
+			DeleteFunc: func(obj any) { v.Delete(obj); r.notify() },
+		}
+	}
+	pf := informers.NewSharedInformerFactoryWithOptions(r.cp.Kube, 0, informers.WithNamespace("default"))
+	podInf := pf.Core().V1().Pods().Informer()
+	if _, err := podInf.AddEventHandler(track(r.podView)); err != nil {
+		return err
+	}
+	nf := nrtinformers.NewSharedInformerFactory(r.cp.NRT, 0)
+	nrtInf := nf.Topology().V1alpha2().NodeResourceTopologies().Informer()
+	if _, err := nrtInf.AddEventHandler(track(r.nrtView)); err != nil {
+		return err
+	}
+	r.podStore, r.nrtStore = podInf.GetStore(), nrtInf.GetStore()
+	pf.Start(stop)
+	nf.Start(stop)
+	if !cache.WaitForCacheSync(r.ctx.Done(), podInf.HasSynced, nrtInf.HasSynced) {
+		return fmt.Errorf("the replay's informers did not sync")
+	}
+	return nil
+}
+
+// apply makes one event's change.
+func (r *replayer) apply(e event) error {
+	rec := r.recs[e.job]
+	switch e.kind {
+	case evArrive:
+		for k := range rec.Pods {
+			pod := r.podFor(rec, rec.Pods[k].Name)
+			r.created[pod.Name] = time.Now()
+			if _, err := r.pods.Create(r.ctx, pod, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("create %s: %w", pod.Name, err)
+			}
+			r.alive[pod.Name] = true
+		}
+		heap.Push(&r.queue, event{at: r.now + r.p.Workload.MaxWait.Std(), kind: evGiveUp, job: e.job})
+	case evGiveUp:
+		if rec.Running != never || rec.Ended != never {
+			return nil
+		}
+		return r.end(rec)
+	case evEnd:
+		return r.end(rec)
+	}
+	return nil
+}
+
+// end deletes a job's pods; the deletion's own latency is not its time.
+func (r *replayer) end(rec *record) error {
+	if rec.Ended != never {
+		return nil
+	}
+	rec.Ended = r.now
+	for _, pr := range rec.Pods {
+		if err := r.pods.Delete(r.ctx, pr.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete %s: %w", pr.Name, err)
+		}
+		delete(r.alive, pr.Name)
+	}
+	return nil
+}
+
+// podFor is the pod of one of a job's pods, for the column.
+func (r *replayer) podFor(rec *record, name string) *corev1.Pod {
+	opts := cluster.DefaultOptions()
+	limits := corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(int64(rec.GPUs), resource.DecimalSI)}
+	switch {
+	case rec.VF:
+		limits[corev1.ResourceName(opts.SRIOVResource)] = resource.MustParse("1")
+	case rec.RDMA:
+		limits[corev1.ResourceName(opts.RDMAResource)] = resource.MustParse("1")
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{jobLabel: rec.Name}},
+		Spec: corev1.PodSpec{SchedulerName: r.col.Scheduler, Containers: []corev1.Container{{Name: "train", Image: "train",
+			Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits}}}}}
+	if r.col.Kubelet == kubeletsim.DRA {
+		pod = draPod(rec, name, r.col.Scheduler)
+		pod.Labels = map[string]string{jobLabel: rec.Name}
+	}
+	if r.col.Policy != "" {
+		pod.Annotations = map[string]string{annotations.Policy: r.col.Policy}
+	}
+	return pod
+}
+
+// jobLabel names a pod's job.
+const jobLabel = "sim.nicaffinity.io/job"
+
+// settle lets the scheduler work until the cluster has settled.
+func (r *replayer) settle() error {
+	last := time.Now()
+	for {
+		why := r.unsettled()
+		if why == "" {
+			if r.sched.Queued() == 0 {
+				return nil
+			}
+			if err := r.sched.Step(r.ctx); err != nil {
+				return err
+			}
+			last = time.Now()
+			continue
+		}
+		if time.Since(last) > settleTimeout {
+			return fmt.Errorf("%s, at %s of workload time: the cluster did not settle within %s: %s", r.col.Name, r.now.Round(time.Second), settleTimeout, why)
+		}
+		if err := r.sched.Err(); err != nil {
+			return fmt.Errorf("%s: the scheduler stopped: %w", r.col.Name, err)
+		}
+		select {
+		case <-r.changed:
+		case <-r.sched.Changed():
+		case <-time.After(2 * time.Millisecond):
+		case <-r.ctx.Done():
+			return r.ctx.Err()
+		}
+	}
+}
+
+// unsettled says what has not settled yet ("" when everything has).
+func (r *replayer) unsettled() string {
+	if why := r.sched.Idle(); why != "" {
+		return "the scheduler: " + why
+	}
+	for name := range r.alive {
+		if _, ok, _ := r.podStore.GetByKey("default/" + name); !ok {
+			return fmt.Sprintf("pod %s, created, is not yet in the replay's informer", name)
+		}
+	}
+	var pending map[string]bool
+	onNode := map[string][]*corev1.Pod{}
+	for _, obj := range r.podStore.List() {
+		pod := obj.(*corev1.Pod)
+		if !r.alive[pod.Name] {
+			return fmt.Sprintf("pod %s, deleted, is still there", pod.Name)
+		}
+		if pod.Spec.NodeName == "" {
+			if pending == nil {
+				pending = map[string]bool{}
+				for uid := range r.sched.Pending() {
+					pending[string(uid)] = true
+				}
+			}
+			if !pending[string(pod.UID)] {
+				return fmt.Sprintf("pod %s is not in the scheduler's queue", pod.Name)
+			}
+			if r.sched.Assumed(pod) {
+				return fmt.Sprintf("pod %s: its binding is in flight", pod.Name)
+			}
+			if r.col.Kubelet == kubeletsim.DRA && len(pod.Status.ResourceClaimStatuses) == 0 {
+				return fmt.Sprintf("pod %s: the resource claim controller has not made its claim", pod.Name)
+			}
+			continue
+		}
+		switch pod.Status.Phase {
+		case corev1.PodRunning:
+			onNode[pod.Spec.NodeName] = append(onNode[pod.Spec.NodeName], pod)
+			if _, ok := pod.Annotations[annotations.ObservedKey]; !ok && r.col.Kubelet != kubeletsim.DRA {
+				return fmt.Sprintf("pod %s: the exporter of %s has not observed it", pod.Name, pod.Spec.NodeName)
+			}
+		case corev1.PodFailed, corev1.PodSucceeded:
+		default:
+			return fmt.Sprintf("pod %s: the kubelet of %s has not admitted it", pod.Name, pod.Spec.NodeName)
+		}
+	}
+	for _, n := range r.p.info {
+		obj, ok, _ := r.nrtStore.GetByKey(n.Name)
+		if !ok {
+			return fmt.Sprintf("node %s has no NodeResourceTopology", n.Name)
+		}
+		if got, want := fingerprintAttr(obj.(*nrtv1alpha2.NodeResourceTopology)), podSetFingerprint(onNode[n.Name]); got != want {
+			return fmt.Sprintf("node %s: its NodeResourceTopology counts another pod set (fingerprint %s, its pods %s)", n.Name, got, want)
+		}
+	}
+	if why := r.sched.PodsBehind(r.podView); why != "" {
+		return "the scheduler's " + why
+	}
+	if why := r.sched.ObjectsBehind(nrtGVR, r.nrtView); why != "" {
+		return "the scheduler's " + why
+	}
+	if held := r.sched.PluginObjects(); held != nil {
+		want := r.nrtView.Versions()
+		for name, rv := range want {
+			if held[name] != rv {
+				return fmt.Sprintf("the nicaffinity plugin holds %s's object at resourceVersion %q, the apiserver %q", name, held[name], rv)
+			}
+		}
+	}
+	return ""
+}
+
+var nrtGVR = nrtv1alpha2.SchemeGroupVersion.WithResource("noderesourcetopologies")
+
+func fingerprintAttr(o *nrtv1alpha2.NodeResourceTopology) string {
+	for _, a := range o.Attributes {
+		if a.Name == podfingerprint.Attribute {
+			return a.Value
+		}
+	}
+	return ""
+}
+
+func podSetFingerprint(pods []*corev1.Pod) string {
+	fp := podfingerprint.NewFingerprint(len(pods))
+	for _, p := range pods {
+		_ = fp.Add(p.Namespace, p.Name)
+	}
+	return fp.Sign()
+}
+
+// observe records, after a settle, what changed at this moment: pods
+// bound, admitted and observed, jobs that now run (whose end becomes an
+// event), and pods found unschedulable.
+func (r *replayer) observe() {
+	for _, obj := range r.podStore.List() {
+		pod := obj.(*corev1.Pod)
+		pr, rec := r.byPod[pod.Name], r.jobOf[pod.Name]
+		if pr == nil || rec.Ended != never {
+			continue
+		}
+		if pod.Spec.NodeName != "" && pr.Bound == never {
+			pr.Bound, pr.Node = r.now, pod.Spec.NodeName
+			pr.BindLatency = time.Since(r.created[pod.Name])
+		}
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				rec.Refused = true
+			}
+		}
+		if pod.Status.Phase == corev1.PodRunning && pr.Running == never {
+			pr.Running = r.now
+			pr.RunLatency = time.Since(r.created[pod.Name])
+			if n := r.cl.Nodes[pod.Spec.NodeName]; n != nil {
+				if a, ok := n.Kubelet.Assigned(pod.UID); ok {
+					pr.Got, pr.assignment = a.GPUs, a
+				}
+			}
+		}
+		if v, ok := pod.Annotations[annotations.ObservedKey]; ok {
+			if obs, err := annotations.ParseObserved(v); err == nil {
+				pr.Observed = &obs
+			}
+		}
+	}
+	for i, rec := range r.recs {
+		if rec.Ended != never || rec.Running != never {
+			continue
+		}
+		bound, running := true, true
+		for _, pr := range rec.Pods {
+			bound = bound && pr.Bound != never
+			running = running && pr.Running != never
+		}
+		if bound && rec.Bound == never {
+			rec.Bound = r.now
+		}
+		if running {
+			rec.Running = r.now
+			rec.started(r.p.Workload.TimeModel, r.info)
+			heap.Push(&r.queue, event{at: r.now + rec.Runtime, kind: evEnd, job: i})
+		}
+	}
+}
+
+func (r *replayer) report() {
+	if r.progress == nil {
+		return
+	}
+	s := Progress{Scheduler: r.col.Name, Elapsed: time.Since(r.start), Workload: r.now, Jobs: len(r.recs)}
+	for _, rec := range r.recs {
+		switch {
+		case rec.At > r.now:
+			continue
+		case rec.Ended != never:
+			s.Ended++
+		case rec.Running != never:
+			s.Running++
+		default:
+			s.Waiting++
+		}
+		s.Submitted++
+	}
+	r.progress(s)
+}
+
+// pendingNames lists the pods of jobs not yet running, for messages.
+func pendingNames(recs []*record) string {
+	var out []string
+	for _, rec := range recs {
+		if rec.Running == never && rec.Ended == never {
+			out = append(out, rec.Name)
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
+}
