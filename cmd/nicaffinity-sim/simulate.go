@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -18,8 +20,9 @@ import (
 )
 
 type simulateOptions struct {
-	cluster, workload, output, report, scenario string
-	cpuProfile                                  string
+	cluster, workload, output, report string
+	scenarios                         []string
+	cpuProfile                        string
 	runs, parallel                              int
 	columns                                     []string
 	dra                                         bool
@@ -73,7 +76,7 @@ left out of the bundled scenarios' clusters.`,
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the replays (go tool pprof) to this file")
 	f.IntVar(&o.parallel, "parallel", 0, "replays at a time, each on its own cluster (default: the scenario's, 3 for default, 2 for large)")
 	f.StringSliceVar(&o.columns, "columns", nil, "compare only these columns (default: all)")
-	f.StringVar(&o.scenario, "scenario", "default", "bundled cluster and workload: default or large (--cluster and --workload replace its parts)")
+	f.StringSliceVar(&o.scenarios, "scenario", []string{"default"}, "bundled cluster and workload: "+strings.Join(slices.Sorted(maps.Keys(sim.Scenarios)), ", ")+" (--cluster and --workload replace its parts); several, comma-separated, make one report each, in that order")
 	f.BoolVar(&o.dra, "dra", false, "a DRA cluster: compare how jobs claim GPUs and NICs (docs/dra.md)")
 	return cmd
 }
@@ -110,16 +113,91 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 	if o.runs < 1 || o.runs > maxRuns {
 		return fmt.Errorf("--runs %d: want 1 to %d", o.runs, maxRuns)
 	}
-	sc, ok := sim.Scenarios[o.scenario]
-	if !ok {
-		return fmt.Errorf("--scenario %q: want %s", o.scenario, strings.Join(slices.Sorted(maps.Keys(sim.Scenarios)), " or "))
+	if len(o.scenarios) == 0 {
+		return fmt.Errorf("--scenario: name at least one")
 	}
-	if o.parallel == 0 {
-		o.parallel = sc.Parallel
+	var scs []sim.Scenario
+	for _, name := range o.scenarios {
+		sc, ok := sim.Scenarios[name]
+		if !ok {
+			return fmt.Errorf("--scenario %q: want %s", name, strings.Join(slices.Sorted(maps.Keys(sim.Scenarios)), " or "))
+		}
+		scs = append(scs, sc)
 	}
-	if o.parallel < 1 || o.parallel > maxParallel {
+	if o.parallel < 0 || o.parallel > maxParallel {
 		return fmt.Errorf("--parallel %d: want 1 to %d", o.parallel, maxParallel)
 	}
+	// Every scenario's plans are made first, so that a spec that does not
+	// fit fails before anything runs.
+	var reports []*sim.Report
+	var all [][]*sim.Plan
+	var cols []sim.Column
+	for _, sc := range scs {
+		plans, c, err := o.plans(sc, progress)
+		if err != nil {
+			return err
+		}
+		all, cols = append(all, plans), c
+	}
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
+	for i, plans := range all {
+		parallel := o.parallel
+		if parallel == 0 {
+			parallel = scs[i].Parallel
+		}
+		if len(scs) > 1 {
+			fmt.Fprintf(progress, "scenario %s\n", o.scenarios[i])
+		}
+		results, err := o.runAll(ctx, plans, cols, parallel, progress)
+		if err != nil {
+			return err
+		}
+		rep := sim.NewReport(plans[0], cols)
+		for k, plan := range plans {
+			if err := rep.Add(plan, results[k]); err != nil {
+				return err
+			}
+		}
+		rep.Finish()
+		if o.report != "" {
+			dir := o.report
+			if len(scs) > 1 {
+				dir = filepath.Join(o.report, o.scenarios[i])
+			}
+			path, err := rep.WriteHTML(dir)
+			if err != nil {
+				return fmt.Errorf("--report %s: %w", dir, err)
+			}
+			fmt.Fprintf(progress, "report: %s\n", path)
+		}
+		reports = append(reports, rep)
+	}
+	if o.output == "json" {
+		if len(reports) == 1 {
+			return reports[0].JSON(out)
+		}
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(reports)
+	}
+	for i, rep := range reports {
+		if len(reports) > 1 {
+			fmt.Fprintf(out, "== %s ==\n", o.scenarios[i])
+		}
+		rep.Format(out)
+		if i+1 < len(reports) {
+			fmt.Fprintln(out)
+		}
+	}
+	return nil
+}
+
+// plans are a scenario's plans, one per seed, and the columns to run.
+func (o *simulateOptions) plans(sc sim.Scenario, progress io.Writer) ([]*sim.Plan, []sim.Column, error) {
 	cols := sim.Columns
 	if o.dra {
 		cols = sim.DRAColumns
@@ -127,12 +205,12 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 	if len(o.columns) > 0 {
 		var err error
 		if cols, err = sim.ColumnsNamed(o.columns); err != nil {
-			return fmt.Errorf("--columns: %w", err)
+			return nil, nil, fmt.Errorf("--columns: %w", err)
 		}
 	}
 	c, w, err := o.specs(sc)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if o.dra && w.VFShare > 0 {
 		// The draw is the same (the VF coin is tossed for every RDMA job
@@ -147,47 +225,20 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 			fmt.Fprintf(progress, "--dra: pool %s left out: an NCCL topology names no PCIe root complexes, which DRA drivers publish\n", p)
 		}
 	}
-	// Every seed's plan is made first, so that a workload that does not fit
-	// fails before anything runs.
 	var plans []*sim.Plan
 	for i := range o.runs {
 		wi := w
 		wi.Seed = w.Seed + int64(i)
 		plan, err := sim.Prepare(c, wi)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		if err := sim.CheckColumns(plan, cols); err != nil {
-			return err
+			return nil, nil, err
 		}
 		plans = append(plans, plan)
 	}
-	rep := sim.NewReport(plans[0], cols)
-	stopProfile, err := startCPUProfile(o.cpuProfile)
-	if err != nil {
-		return err
-	}
-	results, err := o.runAll(ctx, plans, cols, progress)
-	stopProfile()
-	if err != nil {
-		return err
-	}
-	for i, plan := range plans {
-		rep.Add(plan, results[i])
-	}
-	rep.Finish()
-	if o.report != "" {
-		path, err := rep.WriteHTML(o.report)
-		if err != nil {
-			return fmt.Errorf("--report %s: %w", o.report, err)
-		}
-		fmt.Fprintf(progress, "report: %s\n", path)
-	}
-	if o.output == "json" {
-		return rep.JSON(out)
-	}
-	rep.Format(out)
-	return nil
+	return plans, cols, nil
 }
 
 // maxRuns bounds --runs: each run is one cluster per column.
@@ -198,11 +249,10 @@ const maxRuns = 100
 const maxParallel = 16
 
 // runAll replays every plan through every column, parallel at a time, and
-// returns the results per plan in column order. A replay waits on timers
-// most of its time (half a core on the default scenario), so two share two
-// cores without slowing each other much; the scheduler's extra
-// milliseconds are seconds of workload time, small next to jobs of an hour.
-func (o *simulateOptions) runAll(ctx context.Context, plans []*sim.Plan, cols []sim.Column, progress io.Writer) ([][]sim.Result, error) {
+// returns the results per plan in column order. Replays run on virtual
+// time, so running several at once changes how long they take, never what
+// they report.
+func (o *simulateOptions) runAll(ctx context.Context, plans []*sim.Plan, cols []sim.Column, parallel int, progress io.Writer) ([][]sim.Result, error) {
 	type task struct{ plan, col int }
 	var tasks []task
 	for i := range plans {
@@ -225,7 +275,7 @@ func (o *simulateOptions) runAll(ctx context.Context, plans []*sim.Plan, cols []
 	defer cancel()
 	var mu sync.Mutex
 	var firstErr error
-	sem := make(chan struct{}, o.parallel)
+	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
 	for _, t := range tasks {
 		select {

@@ -1,40 +1,54 @@
 package sim
 
 import (
+	"cmp"
 	"math"
 	"slices"
+	"sort"
 	"time"
 )
 
-// Bound is the offline bound on the GPUDirect-eligible share: the most RDMA
-// jobs that any placement could give every GPU a PIX/PXB NIC, knowing the
-// whole workload in advance.
+// Bound is an upper bound on the GPUDirect-eligible RDMA jobs of a plan's
+// workload on its cluster that no schedule can exceed, delays allowed: a
+// job may wait for aligned GPUs (that is how the required policy buys
+// alignment), but only until it is given up (maxWait).
 type Bound struct {
 	RDMAJobs int `json:"rdmaJobs"`
-	// Alignable jobs fit, alone, on some node's aligned GPUs (for a job
-	// with one VF: GPUs near one NIC that has VFs); the rest can never be
-	// eligible.
+	// Alignable jobs fit, alone, on aligned GPUs: every pod on some node's
+	// GPUs at PIX/PXB to a NIC (for a pod with one VF: GPUs near one NIC
+	// that has VFs), the pods of a job on distinct GPUs. The rest can never
+	// be eligible.
 	Alignable int `json:"alignable"`
-	// Jobs is at most how many can be eligible together; Share = Jobs/RDMAJobs.
+	// Jobs is the bound: Alignable less the jobs that cannot all be
+	// eligible for lack of aligned GPU-time (below). Share = Jobs/RDMAJobs.
 	Jobs  int     `json:"jobs"`
 	Share float64 `json:"share"`
+	// NoWait is the former relaxation, each job fixed at its arrival: it
+	// holds only for schedules that never delay a job, so it is reported,
+	// never checked.
+	NoWait int `json:"noWait"`
 }
 
 // sizeLCM makes 1/k exact for every job size 1..8 in integer flow costs.
 const sizeLCM = 840
 
-// offlineBound relaxes the cluster to one pool of aligned GPUs and the jobs
-// to their written timeline (each runs from its submission for its
-// duration): a job can be eligible only if some node alone has enough
-// aligned GPUs for it, and at no moment can eligible jobs hold more aligned
-// GPUs than the cluster has. The largest number of eligible jobs under those
-// constraints is a linear program over intervals whose matrix has
-// consecutive ones, solved exactly as a min-cost flow along the time axis
-// (jobs may take part of their GPUs in the relaxation, which only raises
-// it). Every real placement also meets both constraints, so no scheduler
-// can beat the result; how close the real runs come is the report's point.
-func offlineBound(jobs []job, nodes []nodeInfo) Bound {
-	var b Bound
+// maxWindowJobs caps the capacity argument's work (windows are pairs of
+// jobs): past it the bound is the alignable count alone.
+const maxWindowJobs = 400
+
+// delayBound is the bound with delays. An eligible job runs its aligned
+// runtime on aligned GPUs, starting no earlier than its arrival and no later
+// than its arrival plus maxWait; so it runs inside its window [arrival,
+// arrival + maxWait + duration]. For any interval [a, b], the eligible jobs
+// whose windows lie inside it need at most capacity x (b - a) aligned
+// GPU-seconds together, so at most k of them can be eligible, k the most
+// of their smallest GPU-second footprints that fit. Intervals that do not
+// overlap constrain disjoint sets of jobs, so the losses of a set of
+// disjoint intervals add up; the largest total is a weighted interval
+// scheduling problem, solved exactly. Every real schedule meets every one
+// of these constraints, so none can beat Alignable less that total.
+func delayBound(jobs []job, nodes []nodeInfo, maxWait time.Duration) Bound {
+	b := Bound{}
 	capacity := 0
 	for _, n := range nodes {
 		capacity += n.alignedCount()
@@ -45,16 +59,108 @@ func offlineBound(jobs []job, nodes []nodeInfo) Bound {
 			continue
 		}
 		b.RDMAJobs++
-		for _, n := range nodes {
-			if (!j.VF && n.alignedCount() >= j.GPUs) || (j.VF && n.VFGroup >= j.GPUs) {
-				alignable = append(alignable, j)
-				break
-			}
+		if fitsAligned(j, nodes) {
+			alignable = append(alignable, j)
 		}
 	}
 	b.Alignable = len(alignable)
+	b.Jobs = b.Alignable - windowLosses(alignable, capacity, maxWait)
+	if b.RDMAJobs > 0 {
+		b.Share = round2(float64(b.Jobs) / float64(b.RDMAJobs))
+	}
+	b.NoWait = noWaitBound(alignable, capacity)
+	return b
+}
+
+// fitsAligned says whether a job's pods fit, all at once on an empty
+// cluster, on aligned GPUs.
+func fitsAligned(j job, nodes []nodeInfo) bool {
+	room := 0
+	for _, n := range nodes {
+		if j.VF {
+			// One VF a pod: a pod uses one NIC's near GPUs.
+			for _, g := range n.VFGroups {
+				if g >= j.GPUs {
+					room++
+				}
+			}
+			continue
+		}
+		room += n.alignedCount() / j.GPUs
+	}
+	return room >= max(1, j.Pods)
+}
+
+// windowLosses is the most jobs that disjoint intervals force out (see
+// delayBound).
+func windowLosses(jobs []job, capacity int, maxWait time.Duration) int {
+	if len(jobs) == 0 || len(jobs) > maxWindowJobs {
+		return 0
+	}
+	if capacity == 0 {
+		return len(jobs)
+	}
+	type window struct {
+		from, to time.Duration
+		loss     int
+	}
+	starts, ends := map[time.Duration]bool{}, map[time.Duration]bool{}
+	for _, j := range jobs {
+		starts[j.At] = true
+		ends[j.At+maxWait+j.Duration] = true
+	}
+	var windows []window
+	for a := range starts {
+		for e := range ends {
+			if e <= a {
+				continue
+			}
+			var need []float64 // GPU-seconds of the jobs inside [a, e]
+			for _, j := range jobs {
+				if j.At >= a && j.At+maxWait+j.Duration <= e {
+					need = append(need, float64(j.totalGPUs())*j.Duration.Seconds())
+				}
+			}
+			slices.Sort(need)
+			room, fit := float64(capacity)*(e-a).Seconds(), 0
+			for _, n := range need {
+				if room < n {
+					break
+				}
+				room -= n
+				fit++
+			}
+			if loss := len(need) - fit; loss > 0 {
+				windows = append(windows, window{a, e, loss})
+			}
+		}
+	}
+	if len(windows) == 0 {
+		return 0
+	}
+	// Weighted interval scheduling over windows sorted by end: best[i] is
+	// the largest loss of disjoint windows among the first i.
+	slices.SortFunc(windows, func(x, y window) int { return cmp.Compare(x.to, y.to) })
+	best := make([]int, len(windows)+1)
+	for i, w := range windows {
+		// The last window ending before w starts (windows share no moment).
+		k := sort.Search(i, func(m int) bool { return windows[m].to >= w.from })
+		best[i+1] = max(best[i], best[k]+w.loss)
+	}
+	return best[len(windows)]
+}
+
+// noWaitBound relaxes the cluster to one pool of aligned GPUs and the jobs
+// to their written timeline (each runs from its arrival for its duration):
+// at no moment can eligible jobs hold more aligned GPUs than the cluster
+// has. The largest number of eligible jobs under that constraint is a
+// linear program over intervals whose matrix has consecutive ones, solved
+// exactly as a min-cost flow along the time axis (jobs may take part of
+// their GPUs, which only raises it; exact for jobs of up to 8 GPUs, whose
+// weights sizeLCM divides). A schedule that delays a job is not bound by it.
+func noWaitBound(alignable []job, capacity int) int {
 	if len(alignable) == 0 || capacity == 0 {
-		return b
+		return 0
 	}
 	var times []time.Duration
 	for _, j := range alignable {
@@ -69,16 +175,12 @@ func offlineBound(jobs []job, nodes []nodeInfo) Bound {
 	for _, j := range alignable {
 		from, _ := slices.BinarySearch(times, j.At)
 		to, _ := slices.BinarySearch(times, j.At+j.Duration)
-		g.addArc(from, to, j.GPUs, -sizeLCM/j.GPUs)
+		g.addArc(from, to, j.totalGPUs(), -sizeLCM/j.totalGPUs())
 	}
 	cost := g.minCostFlow(0, len(times)-1, capacity)
 	// The relaxation's optimum is -cost/sizeLCM jobs, fractional; an
 	// integral count can be no more than its floor.
-	b.Jobs = int(math.Floor(float64(-cost)/sizeLCM + 1e-9))
-	if b.RDMAJobs > 0 {
-		b.Share = round2(float64(b.Jobs) / float64(b.RDMAJobs))
-	}
-	return b
+	return int(math.Floor(float64(-cost)/sizeLCM + 1e-9))
 }
 
 type flowArc struct {

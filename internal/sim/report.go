@@ -232,7 +232,7 @@ tr:nth-child(even){background:#f4f4f4}svg text{font-size:11px;fill:#444}.sw{disp
 <p id="verdict"><strong>{{.Report.Verdict}}</strong></p>
 <p>{{.Header}} The same workload is replayed through each column on a fresh cluster{{if gt (len .Report.Runs) 1}},
 once per seed ({{len .Report.Runs}} runs); each cell is the median [lowest, highest]{{end}}.
-The offline bound is the most RDMA jobs any placement could make GPUDirect-eligible.</p>
+The bound is the most RDMA jobs any schedule, delays allowed, could make GPUDirect-eligible.</p>
 <table id="summary"><tr><th></th>{{range .Report.Columns}}<th>{{.Name}}</th>{{end}}</tr>
 {{range .Rows}}<tr><td>{{.Label}}</td>{{range .Cells}}<td>{{.}}</td>{{end}}</tr>
 {{end}}</table>

@@ -78,7 +78,7 @@ func ColumnsNamed(names []string) ([]Column, error) {
 }
 
 // Plan is a simulation ready to run: the nodes resolved, the jobs laid out
-// in time, and the offline bound computed.
+// in time, and the bound computed.
 type Plan struct {
 	Cluster  ClusterSpec
 	Workload WorkloadSpec
@@ -111,7 +111,10 @@ func Prepare(c ClusterSpec, w WorkloadSpec) (*Plan, error) {
 		}
 		p.machines = append(p.machines, dra.Machine{Name: pool.machineName(), Topology: topo})
 		for k := 0; k < pool.Count; k++ {
-			s := spec
+			// Every node of a pool is handed the topology discovered here:
+			// the exporters publish what they would discover from the tree
+			// (replays never change a tree), and no replay writes one per node.
+			s := cluster.NodeSpec{Topology: topo}
 			s.Name, s.Policy = fmt.Sprintf("%s-%d", pool.Name, k), kubeletsim.BestEffort
 			p.nodes = append(p.nodes, s)
 			p.info = append(p.info, describe(s.Name, topo))
@@ -121,7 +124,7 @@ func Prepare(c ClusterSpec, w WorkloadSpec) (*Plan, error) {
 		return nil, err
 	}
 	p.jobs = w.draw(p.GPUs())
-	p.bound = offlineBound(p.jobs, p.info)
+	p.bound = delayBound(p.jobs, p.info, w.MaxWait.Std())
 	return p, nil
 }
 
@@ -146,7 +149,7 @@ func (p *Plan) AlignedGPUs() int {
 	return n
 }
 
-// Bound is the offline bound of the plan's workload on its cluster.
+// Bound is the bound (delays allowed) of the plan's workload on its cluster.
 func (p *Plan) Bound() Bound { return p.bound }
 
 // Jobs is the number of jobs.

@@ -627,10 +627,14 @@ func (w WorkloadSpec) check(nodes []nodeInfo) error {
 		most = max(most, len(n.GPUs))
 		vfs = vfs || n.VFNICs > 0
 	}
+	biggest := 0
 	for _, sh := range w.shapes() {
-		if sh.weight > 0 && sh.gpus > most {
-			return fmt.Errorf("workload: pods of %d GPUs, but the largest node has %d", sh.gpus, most)
+		if sh.weight > 0 {
+			biggest = max(biggest, sh.gpus)
 		}
+	}
+	if biggest > most {
+		return fmt.Errorf("workload: pods of %d GPUs, but the largest node has %d", biggest, most)
 	}
 	if w.VFShare > 0 && w.RDMAShare > 0 && !vfs {
 		return fmt.Errorf("workload vfShare %g, but no node of the cluster has SR-IOV VFs (machine h20-3e-8gpu-11nic-sriov has)", w.VFShare)
@@ -656,6 +660,8 @@ type nodeInfo struct {
 	// VFGroup is the most GPUs at PIX/PXB to one NIC with VFs: a pod with
 	// one VF uses one NIC, so that is the largest VF job that can align.
 	VFGroup int
+	// VFGroups is, per NIC with VFs, how many GPUs are at PIX/PXB to it.
+	VFGroups []int
 }
 
 func describe(name string, t *topology.Topology) nodeInfo {
@@ -678,6 +684,7 @@ func describe(name string, t *topology.Topology) nodeInfo {
 				}
 			}
 			n.VFGroup = max(n.VFGroup, near)
+			n.VFGroups = append(n.VFGroups, near)
 			for _, vf := range nic.VFs {
 				n.VFLevels[vf] = levels
 			}

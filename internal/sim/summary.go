@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -8,7 +9,7 @@ import (
 )
 
 // Report is a whole simulation: the specs, and per run (one workload seed)
-// the offline bound and one result per column, then the figures over the
+// the bound and one result per column, then the figures over the
 // runs and the verdict.
 type Report struct {
 	Cluster     ClusterSpec  `json:"cluster"`
@@ -18,7 +19,7 @@ type Report struct {
 	AlignedGPUs int          `json:"alignedGPUs"`
 	Columns     []Column     `json:"columns"`
 	Seeds       []int64      `json:"seeds"`
-	Bounds      []Bound      `json:"offlineBounds"`
+	Bounds      []Bound      `json:"bounds"`
 	// Runs holds, per seed, one result per column in Columns order.
 	Runs    [][]Result      `json:"runs"`
 	Summary []ColumnSummary `json:"summary"`
@@ -31,14 +32,20 @@ func NewReport(p *Plan, cols []Column) *Report {
 }
 
 // Add records one run: the plan (its seed and bound) and a result per
-// column, in the report's column order.
-func (rep *Report) Add(p *Plan, results []Result) {
+// column, in the report's column order. A column above its seed's bound is
+// a harness bug (the bound holds for every schedule), and is refused.
+func (rep *Report) Add(p *Plan, results []Result) error {
 	for i := range results {
 		results[i].Seed = p.Workload.Seed
+		if results[i].GPUDirectJobs > p.bound.Jobs {
+			return fmt.Errorf("harness bug: %s has %d GPUDirect-eligible jobs with seed %d, above the bound of %d that no schedule can pass (%+v)",
+				results[i].Scheduler, results[i].GPUDirectJobs, p.Workload.Seed, p.bound.Jobs, p.bound)
+		}
 	}
 	rep.Seeds = append(rep.Seeds, p.Workload.Seed)
 	rep.Bounds = append(rep.Bounds, p.bound)
 	rep.Runs = append(rep.Runs, results)
+	return nil
 }
 
 // Result is one column's run.
