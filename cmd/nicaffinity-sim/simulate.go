@@ -23,9 +23,9 @@ type simulateOptions struct {
 	cluster, workload, output, report string
 	scenarios                         []string
 	cpuProfile                        string
-	runs, parallel                              int
-	columns                                     []string
-	dra                                         bool
+	runs, parallel                    int
+	columns                           []string
+	dra                               bool
 }
 
 // defaultRuns keeps make demo under three minutes on two cores once built.

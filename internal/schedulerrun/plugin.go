@@ -13,7 +13,9 @@ import (
 
 // pluginRef keeps the plugin instance the framework builds, so that a
 // harness can read its store's versions.
-type pluginRef struct{ p atomic.Pointer[nicaffinity.NICAffinity] }
+type pluginRef struct {
+	p atomic.Pointer[nicaffinity.NICAffinity]
+}
 
 func (r *pluginRef) capture(f frameworkruntime.PluginFactory) frameworkruntime.PluginFactory {
 	return func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
