@@ -21,6 +21,7 @@ import (
 
 type simulateOptions struct {
 	cluster, workload, output, report string
+	trace                             string
 	scenarios                         []string
 	cpuProfile                        string
 	runs, parallel                    int
@@ -64,11 +65,15 @@ matched. Pools of NCCL topologies (which name no PCIe root complexes) are
 left out of the bundled scenarios' clusters.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.trace != "" && !cmd.Flags().Changed("runs") {
+				o.runs = 1 // a trace is one job list: seeds change nothing
+			}
 			return o.run(cmdContext(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.cluster, "cluster", "", "cluster spec YAML (pools of count x machine, ncclXML or sysfs)")
+	f.StringVar(&o.trace, "trace", "", "replay this job list (CSV: arrival,pods,gpus,duration,network; docs/simulate.md) instead of drawing jobs")
 	f.StringVar(&o.workload, "workload", "", "workload spec YAML (jobs, sizes, rdmaShare, vfShare, load, durations, seed)")
 	f.StringVarP(&o.output, "output", "o", "text", "text or json")
 	f.StringVar(&o.report, "report", "", "also write an HTML report with charts into this directory")
@@ -103,6 +108,17 @@ func (o *simulateOptions) specs(sc sim.Scenario) (sim.ClusterSpec, sim.WorkloadS
 			return c, w, err
 		}
 	}
+	if o.trace != "" {
+		b, err := readCapped(o.trace, maxTraceFile)
+		if err != nil {
+			return c, w, err
+		}
+		t, err := sim.ParseTrace(o.trace, b)
+		if err != nil {
+			return c, w, err
+		}
+		w = w.WithTrace(t)
+	}
 	return c, w, nil
 }
 
@@ -115,6 +131,9 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 	}
 	if len(o.scenarios) == 0 {
 		return fmt.Errorf("--scenario: name at least one")
+	}
+	if o.trace != "" && o.runs != 1 {
+		return fmt.Errorf("--trace replays one job list, the same in every run: give --runs 1")
 	}
 	var scs []sim.Scenario
 	for _, name := range o.scenarios {
@@ -239,6 +258,20 @@ func (o *simulateOptions) plans(sc sim.Scenario, progress io.Writer) ([]*sim.Pla
 		plans = append(plans, plan)
 	}
 	return plans, cols, nil
+}
+
+// maxTraceFile is how much of a --trace file is read: a little past what
+// ParseTrace accepts, so that it can say how big the file is.
+const maxTraceFile = 17 << 20
+
+// readCapped reads at most limit bytes of a file.
+func readCapped(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, limit))
 }
 
 // maxRuns bounds --runs: each run is one cluster per column.

@@ -20,7 +20,9 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 		return p
 	}
 	badCluster := write("cluster.yaml", "pools:\n- name: h\n  count: -2\n  machine: half-nic-8gpu-2nic\n")
-	badWorkload := write("workload.yaml", "jobs: 4\nload: {from: 0.2, to: 3}\n")
+	badWorkload := write("workload.yaml", "jobs: 4\nload: {from: 0.2, to: 30}\n")
+	badTrace := write("trace.csv", "0s,1,8,2h,rdma\n1h,1,12,2h,rdma\n")
+	trace := write("good.csv", "0s,1,8,2h,rdma\n")
 	noVFs := write("novf.yaml", "pools:\n- {name: h, count: 1, machine: half-nic-8gpu-2nic}\n")
 	profile := write("profile.yaml", "pools:\n- {name: ndv2, count: 1, machine: profile/azure-ndv2-v100-8gpu}\n")
 	eightNoVF := write("eight.yaml", "jobs: 4\nsizes: {8: 1}\nvfShare: 0\n")
@@ -30,12 +32,15 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 	}{
 		{[]string{"simulate", "-o", "xml"}, `--output "xml": want text or json`},
 		{[]string{"simulate", "--cluster", badCluster}, badCluster + ":3: pools[0].count: -2: want a positive number of nodes"},
-		{[]string{"simulate", "--workload", badWorkload}, badWorkload + ":2: load.to: 3: want a GPU load in (0, 1]"},
+		{[]string{"simulate", "--workload", badWorkload}, badWorkload + ":2: load.to: 30: want a GPU load in (0, 10]"},
+		{[]string{"simulate", "--trace", badTrace}, badTrace + ":2: gpus: \"12\": want 1 to 8 GPUs a pod"},
+		{[]string{"simulate", "--trace", trace, "--runs", "3"}, "--trace replays one job list, the same in every run: give --runs 1"},
+		{[]string{"simulate", "--trace", filepath.Join(dir, "absent.csv")}, "absent.csv: no such file"},
 		{[]string{"simulate", "--cluster", filepath.Join(dir, "absent.yaml")}, "absent.yaml: no such file"},
 		{[]string{"simulate", "--cluster", noVFs}, "vfShare 0.1, but no node of the cluster has SR-IOV VFs"},
 		{[]string{"simulate", "--runs", "0"}, "--runs 0: want 1 to 100"},
 		{[]string{"simulate", "--parallel", "17"}, "--parallel 17: want 1 to 16"},
-		{[]string{"simulate", "--scenario", "huge"}, `--scenario "huge": want default or large`},
+		{[]string{"simulate", "--scenario", "huge"}, `--scenario "huge": want backlog or default or large or xlarge`},
 		{[]string{"simulate", "--columns", "required+proxy,fastest"}, `--columns: no column "fastest" (known: required+proxy, preferred+proxy, required (advice), default-scheduler, dra generated, dra pcieRoot, dra unconstrained)`},
 		{[]string{"simulate", "--dra", "--cluster", profile, "--workload", eightNoVF}, "pool ndv2: DRA columns need machines read from sysfs: profile/azure-ndv2-v100-8gpu comes from profile azure-ndv2-v100-8gpu, which names no PCIe root complexes"},
 		{[]string{"simulate", "--dra", "--cluster", noVFs, "--workload", eightNoVF}, "column dra generated, jobs of 8 GPUs with a NIC: 8 GPUs, each with an aligned NIC: half-nic-8gpu-2nic has 4 such GPUs"},

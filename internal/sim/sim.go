@@ -120,10 +120,17 @@ func Prepare(c ClusterSpec, w WorkloadSpec) (*Plan, error) {
 			p.info = append(p.info, describe(s.Name, topo))
 		}
 	}
-	if err := w.check(p.info); err != nil {
-		return nil, err
+	if w.trace != nil {
+		if err := w.trace.check(p.info, w.TimeModel); err != nil {
+			return nil, err
+		}
+		p.jobs = slices.Clone(w.trace.jobs)
+	} else {
+		if err := w.check(p.info); err != nil {
+			return nil, err
+		}
+		p.jobs = w.draw(p.GPUs())
 	}
-	p.jobs = w.draw(p.GPUs())
 	p.bound = delayBound(p.jobs, p.info, w.MaxWait.Std())
 	return p, nil
 }

@@ -77,6 +77,9 @@ type WorkloadSpec struct {
 	// TimeScale is refused with a message: the replay no longer compresses
 	// the wall clock.
 	TimeScale float64 `yaml:"timeScale,omitempty" json:"-"`
+	// trace, when set, is the jobs (WithTrace); Trace names its file.
+	trace *Trace
+	Trace string `yaml:"-" json:"trace,omitempty"`
 }
 
 // Arrival patterns.
