@@ -67,32 +67,44 @@ type Node struct {
 	cluster *Cluster
 }
 
+
 // Cluster is a running simulated cluster.
 type Cluster struct {
 	CP    *controlplane.ControlPlane
 	Nodes map[string]*Node
-	t     ktesting.TB
+
+	mu    sync.Mutex
+	stops []func()
 }
 
-// Start builds and starts every node; all stops when t ends.
-func Start(t ktesting.TB, cp *controlplane.ControlPlane, opts Options, specs ...NodeSpec) *Cluster {
-	t.Helper()
-	c := &Cluster{CP: cp, Nodes: map[string]*Node{}, t: t}
+func (c *Cluster) onStop(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stops = append(c.stops, f)
+}
+
+// New builds and starts every node on cp. Stop stops them.
+func New(ctx context.Context, cp *controlplane.ControlPlane, opts Options, specs ...NodeSpec) (*Cluster, error) {
+	c := &Cluster{CP: cp, Nodes: map[string]*Node{}}
+	fail := func(err error) (*Cluster, error) {
+		c.Stop()
+		return nil, err
+	}
 	// Unix socket paths must stay short (108 bytes): one short temp dir.
 	sockDir, err := os.MkdirTemp("", "nicaff")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	c.onStop(func() { os.RemoveAll(sockDir) })
+	ctx, cancel := context.WithCancel(ctx)
+	c.onStop(cancel)
 	for i, s := range specs {
 		n := &Node{Name: s.Name, socket: filepath.Join(sockDir, fmt.Sprintf("%d.sock", i)), opts: opts, cluster: c}
 		if s.Machine != nil {
-			tree := machines.New(t.TempDir())
+			tree := machines.New(filepath.Join(sockDir, fmt.Sprintf("tree-%d", i)))
 			s.Machine(tree)
 			if err := tree.Err(); err != nil {
-				t.Fatal(err)
+				return fail(fmt.Errorf("node %s: %w", s.Name, err))
 			}
 			n.disc = discovery.Host{SysfsRoot: tree.Root, NVMLMode: discovery.NVMLOff}
 		} else {
@@ -100,7 +112,7 @@ func Start(t ktesting.TB, cp *controlplane.ControlPlane, opts Options, specs ...
 			n.disc = exporter.DiscovererFunc(func() (*topology.Topology, error) { return topo, nil })
 		}
 		if n.Topology, err = n.disc.Discover(); err != nil {
-			t.Fatalf("node %s: %v", s.Name, err)
+			return fail(fmt.Errorf("node %s: %w", s.Name, err))
 		}
 		if opts.StaticTopology {
 			topo := n.Topology
@@ -111,28 +123,55 @@ func Start(t ktesting.TB, cp *controlplane.ControlPlane, opts Options, specs ...
 			GPUResource: "nvidia.com/gpu", RDMAResource: opts.RDMAResource, RDMASlots: 100, SRIOVResource: opts.SRIOVResource,
 		}, cp.Kube)
 		if err != nil {
-			t.Fatal(err)
+			return fail(err)
 		}
 		if err := n.Kubelet.Start(ctx); err != nil {
-			t.Fatalf("node %s kubelet: %v", s.Name, err)
+			return fail(fmt.Errorf("node %s kubelet: %w", s.Name, err))
 		}
 		c.Nodes[s.Name] = n
-		n.StartExporter()
+		if err := n.StartExporter(); err != nil {
+			return fail(err)
+		}
 	}
+	return c, nil
+}
+
+// Stop stops every node (exporters, then kubelets), last started first.
+func (c *Cluster) Stop() {
+	for _, n := range c.Nodes {
+		n.StopExporter()
+	}
+	c.mu.Lock()
+	stops := c.stops
+	c.stops = nil
+	c.mu.Unlock()
+	for i := len(stops) - 1; i >= 0; i-- {
+		stops[i]()
+	}
+}
+
+// Start is New for a test: the cluster stops at the test's cleanup, and a
+// failure fails the test.
+func Start(t ktesting.TB, cp *controlplane.ControlPlane, opts Options, specs ...NodeSpec) *Cluster {
+	t.Helper()
+	c, err := New(context.Background(), cp, opts, specs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
 	return c
 }
 
 // StartExporter runs the node's real exporter (again, after StopExporter).
-func (n *Node) StartExporter() {
+func (n *Node) StartExporter() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.cancel != nil {
-		return
+		return nil
 	}
-	t := n.cluster.t
 	src, err := podresources.Dial(n.socket, 5*time.Second)
 	if err != nil {
-		t.Fatal(err)
+		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
 	cfg := exporter.DefaultConfig(n.Name)
 	cfg.MinWriteInterval, cfg.ResyncPeriod = n.opts.MinWriteInterval, n.opts.ResyncPeriod
@@ -140,7 +179,8 @@ func (n *Node) StartExporter() {
 	cfg.Resources.SRIOV = []string{n.opts.SRIOVResource}
 	client, err := exporter.NewClient(n.cluster.CP.Config)
 	if err != nil {
-		t.Fatal(err)
+		src.Close()
+		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
 	exp := exporter.New(cfg, n.disc, src, client, exporter.ApplyPublisher{Client: client}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -151,7 +191,7 @@ func (n *Node) StartExporter() {
 		defer src.Close()
 		_ = exp.Run(ctx)
 	}()
-	t.Cleanup(n.StopExporter)
+	return nil
 }
 
 // StopExporter stops the node's exporter (its object stays as last written).

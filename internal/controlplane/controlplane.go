@@ -8,12 +8,10 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
-	"net/url"
+	neturl "net/url"
 	"os"
 	"path"
 	"path/filepath"
-	"reflect"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,7 +30,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
 	"k8s.io/kubernetes/test/utils/ktesting"
 	"sigs.k8s.io/yaml"
 
@@ -46,8 +43,12 @@ type ControlPlane struct {
 	Kube   kubernetes.Interface
 	// NRT talks JSON, as CRDs need.
 	NRT nrtclient.Interface
-	// TmpDir is the apiserver's scratch directory, removed at stop.
+	// TmpDir is the control plane's scratch directory (etcd's data, the
+	// apiserver's certificates), removed at Stop.
 	TmpDir string
+
+	mu    sync.Mutex
+	stops []func()
 }
 
 // JSONConfig returns a copy of cfg that talks JSON, which CRD types need.
@@ -100,122 +101,111 @@ func (o *options) authzFlags(dir string) ([]string, error) {
 	return []string{"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction", "--token-auth-file=" + file}, nil
 }
 
-// Start runs etcd and the apiserver for t (a test, or internal/runenv for the
-// simulator), installs the CRDs under manifests/crds and waits until they are
-// served. Everything stops at t's cleanup.
-func Start(t ktesting.TB, opts ...Option) *ControlPlane {
-	t.Helper()
+// New runs etcd and the apiserver, installs the CRDs under manifests/crds
+// and waits until they are served. Stop stops everything.
+func New(ctx context.Context, opts ...Option) (*ControlPlane, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if err := certFixtureWorkaround(); err != nil {
-		t.Fatalf("kube-apiserver certificate directory: %v", err)
-	}
-	flags, err := o.authzFlags(t.TempDir())
+	dir, err := os.MkdirTemp("", "nicaffinity-apiserver")
 	if err != nil {
-		t.Fatalf("%v", err)
+		return nil, err
 	}
-	etcdURL := startEtcd(t)
+	cp := &ControlPlane{TmpDir: dir}
+	cp.stops = append(cp.stops, func() { os.RemoveAll(dir) })
+	fail := func(err error) (*ControlPlane, error) {
+		cp.Stop()
+		return nil, err
+	}
+	flags, err := o.authzFlags(dir)
+	if err != nil {
+		return fail(err)
+	}
+	etcdURL, stopEtcd, err := startEtcd(filepath.Join(dir, "etcd"))
+	if err != nil {
+		return fail(err)
+	}
+	cp.stops = append(cp.stops, stopEtcd)
 	storage := storagebackend.NewDefaultConfig(fmt.Sprintf("/nicaffinity-%d", time.Now().UnixNano()), nil)
 	storage.Transport.ServerList = []string{etcdURL}
-	srv, err := kubeapiservertesting.StartTestServer(t,
-		&kubeapiservertesting.TestServerInstanceOptions{DisableInvariantChecks: true},
-		append([]string{"--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"}, flags...),
-		storage)
+	certs := filepath.Join(dir, "apiserver")
+	if err := os.MkdirAll(certs, 0o700); err != nil {
+		return fail(err)
+	}
+	srv, err := startAPIServer(ctx, certs, append([]string{"--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"}, flags...), storage)
 	if err != nil {
-		t.Fatalf("starting kube-apiserver: %v", err)
+		return fail(fmt.Errorf("starting kube-apiserver: %w", err))
 	}
-	t.Cleanup(srv.TearDownFn)
-	cp := &ControlPlane{Config: srv.ClientConfig, TmpDir: srv.TmpDir}
+	cp.stops = append(cp.stops, func() { _ = srv.stop() })
+	cp.Config = srv.config
+	if cp.Kube, err = kubernetes.NewForConfig(cp.Config); err != nil {
+		return fail(fmt.Errorf("kube client: %w", err))
+	}
+	if cp.NRT, err = nrtclient.NewForConfig(JSONConfig(cp.Config)); err != nil {
+		return fail(fmt.Errorf("NRT client: %w", err))
+	}
+	if err := installCRDs(ctx, cp.Config); err != nil {
+		return fail(fmt.Errorf("installing CRDs: %w", err))
+	}
+	return cp, nil
+}
 
-	if cp.Kube, err = kubernetes.NewForConfig(srv.ClientConfig); err != nil {
-		t.Fatalf("kube client: %v", err)
+// Stop stops the apiserver and etcd and removes their files, last started
+// first; it may be called more than once.
+func (cp *ControlPlane) Stop() {
+	cp.mu.Lock()
+	stops := cp.stops
+	cp.stops = nil
+	cp.mu.Unlock()
+	for i := len(stops) - 1; i >= 0; i-- {
+		stops[i]()
 	}
-	if cp.NRT, err = nrtclient.NewForConfig(JSONConfig(srv.ClientConfig)); err != nil {
-		t.Fatalf("NRT client: %v", err)
+}
+
+// Start is New for a test: it stops at the test's cleanup, and a failure
+// fails the test.
+func Start(t ktesting.TB, opts ...Option) *ControlPlane {
+	t.Helper()
+	cp, err := New(context.Background(), opts...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := installCRDs(context.Background(), srv.ClientConfig); err != nil {
-		t.Fatalf("installing CRDs: %v", err)
-	}
+	t.Cleanup(cp.Stop)
 	return cp
 }
 
-var (
-	fixtureOnce sync.Once
-	fixtureErr  error
-)
-
-// certFixtureWorkaround: kube-apiserver's test server keeps its self-signed
-// certificates in the testdata directory beside its own source file, a path
-// fixed when the binary was built (the Go module cache of the build
-// machine). Where that directory is missing (nicaffinity run on a machine
-// without that module cache, or built with -trimpath) the server cannot
-// start. It honours Bazel's TEST_SRCDIR/TEST_WORKSPACE as a prefix of that
-// path; point them at a directory of our own that holds it. Once per
-// process: the variables are process-wide.
-func certFixtureWorkaround() error {
-	fixtureOnce.Do(func() {
-		fn := runtime.FuncForPC(reflect.ValueOf(kubeapiservertesting.StartTestServer).Pointer())
-		if fn == nil {
-			fixtureErr = fmt.Errorf("cannot locate the test server's source path")
-			return
-		}
-		src, _ := fn.FileLine(fn.Entry())
-		dir := filepath.Dir(src)
-		if filepath.IsAbs(dir) {
-			if _, err := os.Stat(filepath.Join(dir, "testdata")); err == nil {
-				return // built here: the server's own directory exists
-			}
-		}
-		base, err := os.UserCacheDir()
-		if err != nil {
-			base = os.TempDir()
-		}
-		root := filepath.Join(base, "nicaffinity", "apiserver-certs")
-		if err := os.MkdirAll(filepath.Join(root, "ws", dir, "testdata"), 0o700); err != nil {
-			fixtureErr = err
-			return
-		}
-		os.Setenv("TEST_SRCDIR", root)
-		os.Setenv("TEST_WORKSPACE", "ws")
-	})
-	return fixtureErr
-}
-
-// startEtcd runs an embedded etcd on free ports in a temp dir until t's cleanup.
-func startEtcd(t ktesting.TB) string {
-	t.Helper()
+// startEtcd runs an embedded etcd on free ports in dir until stop.
+func startEtcd(dir string) (url string, stop func(), err error) {
 	ports := make([]int, 2)
 	for i := range ports {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatalf("finding a free port for etcd: %v", err)
+			return "", nil, fmt.Errorf("finding a free port for etcd: %w", err)
 		}
 		ports[i] = l.Addr().(*net.TCPAddr).Port
 		l.Close()
 	}
 	cfg := embed.NewConfig()
 	cfg.UnsafeNoFsync = true
-	client := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))}
-	peer := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	client := neturl.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))}
+	peer := neturl.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []neturl.URL{client}, []neturl.URL{client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []neturl.URL{peer}, []neturl.URL{peer}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cfg.Dir = t.TempDir()
+	cfg.Dir = dir
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		t.Fatalf("starting etcd: %v", err)
+		return "", nil, fmt.Errorf("starting etcd: %w", err)
 	}
-	t.Cleanup(e.Close)
 	select {
 	case <-e.Server.ReadyNotify():
 	case <-time.After(60 * time.Second):
-		e.Server.Stop()
-		t.Fatalf("etcd took too long to start")
+		e.Close()
+		return "", nil, fmt.Errorf("etcd took too long to start")
 	}
-	return client.String()
+	return client.String(), e.Close, nil
 }
 
 func installCRDs(ctx context.Context, cfg *rest.Config) error {

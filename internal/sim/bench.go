@@ -21,7 +21,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
-	"github.com/nicaffinity/nicaffinity/internal/runenv"
 	"github.com/nicaffinity/nicaffinity/internal/schedulerrun"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
@@ -100,88 +99,97 @@ func Bench(ctx context.Context, spec BenchSpec, progress io.Writer) (*BenchRepor
 	}
 	def := Schedulers[1]
 	all := append(append([]string{}, spec.Profiles...), def)
-	env := runenv.New("bench")
-	defer env.Close()
-	err := env.Run(func() {
-		cp := controlplane.Start(env)
-		// The test server's client allows 1000 requests a second; creating
-		// pods must not be what limits the measurement.
-		cfg := rest.CopyConfig(cp.Config)
-		cfg.QPS, cfg.Burst = -1, 0
-		kube, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			env.Fatalf("%v", err)
+	return report, bench(ctx, spec, report, all, def, progress)
+}
+
+// bench is Bench's body: one control plane, one scheduler, the batches.
+func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []string, def string, progress io.Writer) error {
+	cp, err := controlplane.New(ctx)
+	if err != nil {
+		return err
+	}
+	defer cp.Stop()
+	// The test server's client allows 1000 requests a second; creating
+	// pods must not be what limits the measurement.
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.QPS, cfg.Burst = -1, 0
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if err := populate(ctx, cp, spec.Nodes, cp.TmpDir, progress); err != nil {
+		return err
+	}
+	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	sched, err := benchConfig(spec.SchedulerConfig, spec.Profiles)
+	if err != nil {
+		return err
+	}
+	s, err := schedulerrun.Run(ctx, cp, sched, cp.TmpDir, schedulerrun.Options{})
+	if err != nil {
+		return err
+	}
+	defer s.Stop()
+	// Warm every profile up first, unmeasured: the first batch after
+	// start pays for cold caches and heap growth, which A B B A alone
+	// would charge to A.
+	for i, s := range all {
+		if _, err := runBatch(ctx, kube, s, fmt.Sprintf("w%d", i), max(1, spec.Pods/4)); err != nil {
+			return fmt.Errorf("warm-up (%s): %v", s, err)
 		}
-		if err := populate(ctx, cp, spec.Nodes, env.TempDir(), progress); err != nil {
-			env.Fatalf("%v", err)
-		}
-		if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
-			env.Fatalf("%v", err)
-		}
-		sched, err := benchConfig(spec.SchedulerConfig, spec.Profiles)
-		if err != nil {
-			env.Fatalf("%v", err)
-		}
-		schedulerrun.Start(env, cp, sched)
-		// Warm every profile up first, unmeasured: the first batch after
-		// start pays for cold caches and heap growth, which A B B A alone
-		// would charge to A.
-		for i, s := range all {
-			if _, err := runBatch(ctx, kube, s, fmt.Sprintf("w%d", i), max(1, spec.Pods/4)); err != nil {
-				env.Fatalf("warm-up (%s): %v", s, err)
+	}
+	per := map[string]*batchTotals{}
+	before, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return err
+	}
+	n := 0
+	for r := 0; r < max(1, spec.Rounds); r++ {
+		for _, p := range spec.Profiles {
+			defaultFirst := spec.DefaultFirst != (r%2 == 1)
+			order, name := []string{p, def, def, p}, "ABBA"
+			if defaultFirst {
+				order, name = []string{def, p, p, def}, "BAAB"
 			}
-		}
-		per := map[string]*batchTotals{}
-		before, err := legacyregistry.DefaultGatherer.Gather()
-		if err != nil {
-			env.Fatalf("%v", err)
-		}
-		n := 0
-		for r := 0; r < max(1, spec.Rounds); r++ {
-			for _, p := range spec.Profiles {
-				defaultFirst := spec.DefaultFirst != (r%2 == 1)
-				order, name := []string{p, def, def, p}, "ABBA"
-				if defaultFirst {
-					order, name = []string{def, p, p, def}, "BAAB"
+			round := map[string]*batchTotals{}
+			for _, s := range order {
+				b, err := runBatch(ctx, kube, s, fmt.Sprintf("b%d", n), spec.Pods)
+				n++
+				if err != nil {
+					return fmt.Errorf("round %d, %s: %v", r+1, s, err)
 				}
-				round := map[string]*batchTotals{}
-				for _, s := range order {
-					b, err := runBatch(ctx, kube, s, fmt.Sprintf("b%d", n), spec.Pods)
-					n++
-					if err != nil {
-						env.Fatalf("round %d, %s: %v", r+1, s, err)
-					}
-					if progress != nil {
-						fmt.Fprintf(progress, "  round %d %-26s %6.0f pods/s\n", r+1, s, float64(spec.Pods)/b.elapsed.Seconds())
-					}
-					for _, t := range []map[string]*batchTotals{per, round} {
-						if t[s] == nil {
-							t[s] = &batchTotals{}
-						}
-						t[s].elapsed += b.elapsed
-						t[s].pods += spec.Pods
-					}
-					per[s].latencies = append(per[s].latencies, b.latencies...)
-				}
-				br := BenchRound{Profile: p, Order: name, PodsPerSec: round[p].rate(), DefaultPPS: round[def].rate()}
-				br.Ratio = br.PodsPerSec / br.DefaultPPS
-				report.Rounds = append(report.Rounds, br)
 				if progress != nil {
-					fmt.Fprintf(progress, "  round %d %s %s: ratio %.3f\n", r+1, p, name, br.Ratio)
+					fmt.Fprintf(progress, "  round %d %-26s %6.0f pods/s\n", r+1, s, float64(spec.Pods)/b.elapsed.Seconds())
 				}
+				for _, t := range []map[string]*batchTotals{per, round} {
+					if t[s] == nil {
+						t[s] = &batchTotals{}
+					}
+					t[s].elapsed += b.elapsed
+					t[s].pods += spec.Pods
+				}
+				per[s].latencies = append(per[s].latencies, b.latencies...)
+			}
+			br := BenchRound{Profile: p, Order: name, PodsPerSec: round[p].rate(), DefaultPPS: round[def].rate()}
+			br.Ratio = br.PodsPerSec / br.DefaultPPS
+			report.Rounds = append(report.Rounds, br)
+			if progress != nil {
+				fmt.Fprintf(progress, "  round %d %s %s: ratio %.3f\n", r+1, p, name, br.Ratio)
 			}
 		}
-		after, err := legacyregistry.DefaultGatherer.Gather()
-		if err != nil {
-			env.Fatalf("%v", err)
-		}
-		for _, s := range all {
-			r := benchResult(s, per[s], before, after)
-			report.Results = append(report.Results, r)
-		}
-		report.Ratio = report.Results[0].PodsPerSec / report.Results[len(report.Results)-1].PodsPerSec
-	})
-	return report, err
+	}
+	after, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return err
+	}
+	for _, s := range all {
+		r := benchResult(s, per[s], before, after)
+		report.Results = append(report.Results, r)
+	}
+	report.Ratio = report.Results[0].PodsPerSec / report.Results[len(report.Results)-1].PodsPerSec
+	return nil
 }
 
 // benchResult is one scheduler's figures over the measured batches t: its

@@ -19,7 +19,6 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/cluster"
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
-	"github.com/nicaffinity/nicaffinity/internal/runenv"
 	"github.com/nicaffinity/nicaffinity/internal/schedulerrun"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/dra"
@@ -223,49 +222,51 @@ func (r *record) started(m TimeModel, nodes map[string]nodeInfo) {
 // Run replays the plan's workload through a column's scheduler, with its
 // kubelets, on a fresh cluster.
 func Run(ctx context.Context, p *Plan, col Column, progress func(Progress)) (Result, error) {
-	var res Result
-	scheduler := col.Scheduler
 	nodes := slices.Clone(p.nodes)
 	for i := range nodes {
 		nodes[i].Policy = col.Kubelet
 	}
-	env := runenv.New(strings.Split(scheduler, "-")[0])
-	defer env.Close()
-	err := env.Run(func() {
-		cp := controlplane.Start(env)
-		opts := cluster.DefaultOptions()
-		// No heartbeat: a write that changes nothing would move pods in the
-		// scheduler's queue at a moment the wall clock picks.
-		opts.MinWriteInterval, opts.ResyncPeriod = replayWriteInterval, 24*time.Hour
-		opts.StaticTopology = true
-		cl := cluster.Start(env, cp, opts, nodes...)
-		if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
-			env.Fatalf("%v", err)
+	cp, err := controlplane.New(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	defer cp.Stop()
+	opts := cluster.DefaultOptions()
+	// No heartbeat: a write that changes nothing would move pods in the
+	// scheduler's queue at a moment the wall clock picks.
+	opts.MinWriteInterval, opts.ResyncPeriod = replayWriteInterval, 24*time.Hour
+	opts.StaticTopology = true
+	cl, err := cluster.New(ctx, cp, opts, nodes...)
+	if err != nil {
+		return Result{}, err
+	}
+	defer cl.Stop()
+	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
+		return Result{}, err
+	}
+	cfg, err := replayConfig()
+	if err != nil {
+		return Result{}, err
+	}
+	sched, err := schedulerrun.Run(ctx, cp, cfg, cp.TmpDir, replaySchedulerOptions())
+	if err != nil {
+		return Result{}, err
+	}
+	defer sched.Stop()
+	if col.Kubelet == kubeletsim.DRA {
+		draCtx, stop := context.WithCancel(ctx)
+		defer stop()
+		if err := startDRA(draCtx, cp, p, col); err != nil {
+			return Result{}, err
 		}
-		cfg, err := replayConfig()
-		if err != nil {
-			env.Fatalf("%v", err)
-		}
-		sched, err := schedulerrun.Run(ctx, cp, cfg, env.TempDir(), replaySchedulerOptions())
-		if err != nil {
-			env.Fatalf("%v", err)
-		}
-		env.Cleanup(sched.Stop)
-		if col.Kubelet == kubeletsim.DRA {
-			draCtx, stop := context.WithCancel(ctx)
-			env.Cleanup(stop)
-			if err := startDRA(draCtx, cp, p, col); err != nil {
-				env.Fatalf("%v", err)
-			}
-		}
-		recs, end, err := replay(ctx, cp, cl, sched, p, col, progress)
-		if err != nil {
-			env.Fatalf("%v", err)
-		}
-		res = summarize(col.Name, recs, p.info, end)
-		res.Column = col
-	})
-	return res, err
+	}
+	recs, end, err := replay(ctx, cp, cl, sched, p, col, progress)
+	if err != nil {
+		return Result{}, err
+	}
+	res := summarize(col.Name, recs, p.info, end)
+	res.Column = col
+	return res, nil
 }
 
 // replayConfig is the shipped configuration with the default profile

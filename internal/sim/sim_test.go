@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"golang.org/x/net/html"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
@@ -95,7 +96,7 @@ func TestParseWorkload(t *testing.T) {
 	}
 	want := DefaultWorkload
 	want.Jobs, want.Sizes, want.Load.To = 10, map[int]int{2: 1}, 0.5
-	if diff := cmp.Diff(want, w); diff != "" {
+	if diff := cmp.Diff(want, w, cmpopts.IgnoreUnexported(WorkloadSpec{})); diff != "" {
 		t.Errorf("(-want,+got):\n%s", diff)
 	}
 	if w, err := ParseWorkload("w.yaml", []byte("seed: 4\n")); err != nil || !cmp.Equal(w.Sizes, DefaultWorkload.Sizes) || !cmp.Equal(w.TimeModel, DefaultTimeModel) {
@@ -702,7 +703,7 @@ func TestDocumentedWorkloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(DefaultWorkload, w); diff != "" {
+	if diff := cmp.Diff(DefaultWorkload, w, cmpopts.IgnoreUnexported(WorkloadSpec{})); diff != "" {
 		t.Errorf("docs/simulate.md's defaults (-want,+got):\n%s", diff)
 	}
 	if _, err := ParseWorkload("README.md", block("../../README.md", "cat > workload.yaml", "<<'YAML'\n", "YAML\n")); err != nil {

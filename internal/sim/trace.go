@@ -50,13 +50,7 @@ func ParseTrace(file string, b []byte) (*Trace, error) {
 	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, maxTraceLine), maxTraceLine)
-	type row struct {
-		line  int
-		at    time.Duration
-		stamp time.Time
-		j     job
-	}
-	var rows []row
+	var rows []traceRow
 	stamps, offsets := 0, 0
 	line := 0
 	for sc.Scan() {
@@ -84,43 +78,18 @@ func ParseTrace(file string, b []byte) (*Trace, error) {
 		if len(rows) == maxJobs {
 			return nil, bad("", "more than %d jobs", maxJobs)
 		}
-		r := row{line: line}
-		if d, err := time.ParseDuration(f[0]); err == nil {
-			if d < 0 || d > maxArrival {
-				return nil, bad("arrival", "%s: want 0 to %s from the start", f[0], maxArrival)
-			}
-			r.at = d
-			offsets++
-		} else if ts, err := time.Parse(time.RFC3339, f[0]); err == nil {
-			r.stamp = ts
+		r, stamp, err := parseTraceRow(f, bad)
+		if err != nil {
+			return nil, err
+		}
+		r.line = line
+		if stamp {
 			stamps++
 		} else {
-			return nil, bad("arrival", "%q is neither a duration (like 90m) nor an RFC 3339 time (like 2026-11-24T09:15:00Z)", f[0])
+			offsets++
 		}
 		if stamps > 0 && offsets > 0 {
 			return nil, bad("arrival", "%q: the trace mixes durations and times; use one kind", f[0])
-		}
-		pods, err := strconv.Atoi(f[1])
-		if err != nil || pods < 1 || pods > maxJobPods {
-			return nil, bad("pods", "%q: want 1 to %d", f[1], maxJobPods)
-		}
-		gpus, err := strconv.Atoi(f[2])
-		if err != nil || gpus < 1 || gpus > 8 {
-			return nil, bad("gpus", "%q: want 1 to 8 GPUs a pod", f[2])
-		}
-		d, err := time.ParseDuration(f[3])
-		if err != nil || d <= 0 || d > maxDuration {
-			return nil, bad("duration", "%q: want a duration in (0, %s]", f[3], maxDuration)
-		}
-		r.j = job{Pods: pods, GPUs: gpus, Duration: d}
-		switch f[4] {
-		case "none":
-		case "rdma":
-			r.j.RDMA = true
-		case "vf":
-			r.j.RDMA, r.j.VF = true, true
-		default:
-			return nil, bad("network", "%q: want none, rdma or vf", f[4])
 		}
 		rows = append(rows, r)
 	}
@@ -145,7 +114,7 @@ func ParseTrace(file string, b []byte) (*Trace, error) {
 		}
 	}
 	// Jobs replay in arrival order, file order breaking ties.
-	slices.SortStableFunc(rows, func(a, b row) int { return cmp.Compare(a.at, b.at) })
+	slices.SortStableFunc(rows, func(a, b traceRow) int { return cmp.Compare(a.at, b.at) })
 	t := &Trace{File: file}
 	for i, r := range rows {
 		r.j.Name = fmt.Sprintf("job-%03d", i)
@@ -161,6 +130,54 @@ func ParseTrace(file string, b []byte) (*Trace, error) {
 func (w WorkloadSpec) WithTrace(t *Trace) WorkloadSpec {
 	w.trace, w.Jobs, w.Trace = t, t.Jobs(), t.File
 	return w
+}
+
+// traceRow is one job of a trace, at the line it came from.
+type traceRow struct {
+	line  int
+	at    time.Duration
+	stamp time.Time
+	j     job
+}
+
+// parseTraceRow reads one line's five fields; stamp says the arrival was
+// an RFC 3339 time (else a duration from the start).
+func parseTraceRow(f []string, bad func(field, format string, args ...any) error) (traceRow, bool, error) {
+	var r traceRow
+	stamp := false
+	if d, err := time.ParseDuration(f[0]); err == nil {
+		if d < 0 || d > maxArrival {
+			return r, false, bad("arrival", "%s: want 0 to %s from the start", f[0], maxArrival)
+		}
+		r.at = d
+	} else if ts, err := time.Parse(time.RFC3339, f[0]); err == nil {
+		r.stamp, stamp = ts, true
+	} else {
+		return r, false, bad("arrival", "%q is neither a duration (like 90m) nor an RFC 3339 time (like 2026-11-24T09:15:00Z)", f[0])
+	}
+	pods, err := strconv.Atoi(f[1])
+	if err != nil || pods < 1 || pods > maxJobPods {
+		return r, false, bad("pods", "%q: want 1 to %d", f[1], maxJobPods)
+	}
+	gpus, err := strconv.Atoi(f[2])
+	if err != nil || gpus < 1 || gpus > 8 {
+		return r, false, bad("gpus", "%q: want 1 to 8 GPUs a pod", f[2])
+	}
+	d, err := time.ParseDuration(f[3])
+	if err != nil || d <= 0 || d > maxDuration {
+		return r, false, bad("duration", "%q: want a duration in (0, %s]", f[3], maxDuration)
+	}
+	r.j = job{Pods: pods, GPUs: gpus, Duration: d}
+	switch f[4] {
+	case "none":
+	case "rdma":
+		r.j.RDMA = true
+	case "vf":
+		r.j.RDMA, r.j.VF = true, true
+	default:
+		return r, false, bad("network", "%q: want none, rdma or vf", f[4])
+	}
+	return r, stamp, nil
 }
 
 // check refuses a trace the cluster or the time model can never run.

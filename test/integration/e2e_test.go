@@ -315,7 +315,9 @@ func TestE2ETopologyUnavailable(t *testing.T) {
 		}
 	}
 	t.Logf("while unavailable: %s", msg)
-	e.cl.Nodes["gone"].StartExporter()
+	if err := e.cl.Nodes["gone"].StartExporter(); err != nil {
+		t.Fatal(err)
+	}
 	e.waitNRT(t, "gone", func(*v1alpha2.NodeResourceTopology) bool { return true })
 	t.Logf("NRT back")
 	if pod := e.waitRunning(t, "waiting"); pod.Spec.NodeName != "gone" {
