@@ -285,11 +285,15 @@ func (v *View) Versions() map[string]string {
 	return out
 }
 
-// behind says how views differ from want ("" when all equal it).
-func behind(what string, views []*View, want *View) string {
+// behind says how views differ from want ("" when all equal it): which
+// handler, and with detail, which object (a scan of both views).
+func behind(what string, views []*View, want *View, detail bool) string {
 	d, n := want.Digest()
 	for i, v := range views {
 		if vd, vn := v.Digest(); vd != d || vn != n {
+			if !detail {
+				return fmt.Sprintf("%s handler %d is behind", what, i)
+			}
 			w, got := want.Versions(), v.Versions()
 			for k, r := range w {
 				if got[k] != r {
@@ -318,21 +322,22 @@ func (s *Scheduler) Changed() <-chan struct{} {
 }
 
 // PodsBehind says which of the scheduler's pod handlers has not processed
-// the pods want holds ("" when all have). want must count the pods the
-// scheduler's informer lists: those not Succeeded or Failed.
-func (s *Scheduler) PodsBehind(want *View) string {
+// the pods want holds ("" when all have; with detail, which pod differs).
+// want must count the pods the scheduler's informer lists: those not
+// Succeeded or Failed.
+func (s *Scheduler) PodsBehind(want *View, detail bool) string {
 	s.settle.mu.Lock()
 	views := append([]*View(nil), s.settle.podViews...)
 	s.settle.mu.Unlock()
-	return behind("pod", views, want)
+	return behind("pod", views, want, detail)
 }
 
 // ObjectsBehind is PodsBehind for a custom resource's handlers.
-func (s *Scheduler) ObjectsBehind(gvr schema.GroupVersionResource, want *View) string {
+func (s *Scheduler) ObjectsBehind(gvr schema.GroupVersionResource, want *View, detail bool) string {
 	s.settle.mu.Lock()
 	views := append([]*View(nil), s.settle.dynViews[gvr]...)
 	s.settle.mu.Unlock()
-	return behind(gvr.Resource, views, want)
+	return behind(gvr.Resource, views, want, detail)
 }
 
 // Idle says what the scheduler is still doing ("" when nothing): a pod in

@@ -4,8 +4,8 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
-	"sort"
-	"strings"
+	"slices"
+	"sync"
 	"time"
 
 	nrtv1alpha2 "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
@@ -103,6 +103,7 @@ type replayer struct {
 	recs     []*record
 	byPod    map[string]*podRecord
 	jobOf    map[string]*record
+	index    map[*record]int
 	queue    events
 	now      time.Duration
 	progress func(Progress)
@@ -113,6 +114,10 @@ type replayer struct {
 	// processed, as the scheduler's handlers must have too.
 	podView, nrtView *schedulerrun.View
 	changed          chan struct{}
+	// dirty are the pods the replay's informer changed since the last
+	// observe, so that observe costs the changes, not the cluster.
+	dirtyMu sync.Mutex
+	dirty   map[string]bool
 	// alive are the pods the replay created and has not deleted.
 	alive map[string]bool
 	// created is when each pod was created on the wall clock, for the
@@ -130,8 +135,8 @@ func (r *replayer) notify() {
 // replay runs the plan's jobs through the column's scheduler on virtual time.
 func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Cluster, sched *schedulerrun.Scheduler, p *Plan, col Column, progress func(Progress)) ([]*record, time.Duration, error) {
 	r := &replayer{ctx: ctx, cp: cp, cl: cl, sched: sched, p: p, col: col, pods: cp.Kube.CoreV1().Pods("default"),
-		info: map[string]nodeInfo{}, byPod: map[string]*podRecord{}, jobOf: map[string]*record{}, progress: progress,
-		changed: make(chan struct{}, 1), alive: map[string]bool{}, created: map[string]time.Time{},
+		info: map[string]nodeInfo{}, byPod: map[string]*podRecord{}, jobOf: map[string]*record{}, index: map[*record]int{}, progress: progress,
+		changed: make(chan struct{}, 1), alive: map[string]bool{}, created: map[string]time.Time{}, dirty: map[string]bool{},
 		podView: schedulerrun.NewView(func(obj any) bool {
 			pod, ok := obj.(*corev1.Pod)
 			return ok && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
@@ -145,6 +150,7 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 			rec.Pods = append(rec.Pods, podRecord{Name: j.podName(k), Bound: never, Running: never})
 		}
 		r.recs = append(r.recs, rec)
+		r.index[rec] = i
 		for k := range rec.Pods {
 			r.byPod[rec.Pods[k].Name] = &rec.Pods[k]
 			r.jobOf[rec.Pods[k].Name] = rec
@@ -180,21 +186,28 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 
 // watch starts the replay's own pod and NodeResourceTopology informers.
 func (r *replayer) watch(stop chan struct{}) error {
-	track := func(v *schedulerrun.View) cache.ResourceEventHandler {
+	track := func(v *schedulerrun.View, pods bool) cache.ResourceEventHandler {
+		mark := func(obj any) {
+			if p, ok := obj.(*corev1.Pod); ok && pods {
+				r.dirtyMu.Lock()
+				r.dirty[p.Name] = true
+				r.dirtyMu.Unlock()
+			}
+		}
 		return cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { v.Set(obj); r.notify() },
-			UpdateFunc: func(_, obj any) { v.Set(obj); r.notify() },
+			AddFunc:    func(obj any) { v.Set(obj); mark(obj); r.notify() },
+			UpdateFunc: func(_, obj any) { v.Set(obj); mark(obj); r.notify() },
 			DeleteFunc: func(obj any) { v.Delete(obj); r.notify() },
 		}
 	}
 	pf := informers.NewSharedInformerFactoryWithOptions(r.cp.Kube, 0, informers.WithNamespace("default"))
 	podInf := pf.Core().V1().Pods().Informer()
-	if _, err := podInf.AddEventHandler(track(r.podView)); err != nil {
+	if _, err := podInf.AddEventHandler(track(r.podView, true)); err != nil {
 		return err
 	}
 	nf := nrtinformers.NewSharedInformerFactory(r.cp.NRT, 0)
 	nrtInf := nf.Topology().V1alpha2().NodeResourceTopologies().Informer()
-	if _, err := nrtInf.AddEventHandler(track(r.nrtView)); err != nil {
+	if _, err := nrtInf.AddEventHandler(track(r.nrtView, false)); err != nil {
 		return err
 	}
 	r.podStore, r.nrtStore = podInf.GetStore(), nrtInf.GetStore()
@@ -276,7 +289,7 @@ const jobLabel = "sim.nicaffinity.io/job"
 func (r *replayer) settle() error {
 	last := time.Now()
 	for {
-		why := r.unsettled()
+		why := r.unsettled(false)
 		if why == "" {
 			if r.sched.Queued() == 0 {
 				return nil
@@ -288,7 +301,7 @@ func (r *replayer) settle() error {
 			continue
 		}
 		if time.Since(last) > settleTimeout {
-			return fmt.Errorf("%s, at %s of workload time: the cluster did not settle within %s: %s", r.col.Name, r.now.Round(time.Second), settleTimeout, why)
+			return fmt.Errorf("%s, at %s of workload time: the cluster did not settle within %s: %s", r.col.Name, r.now.Round(time.Second), settleTimeout, r.unsettled(true))
 		}
 		if err := r.sched.Err(); err != nil {
 			return fmt.Errorf("%s: the scheduler stopped: %w", r.col.Name, err)
@@ -303,10 +316,25 @@ func (r *replayer) settle() error {
 	}
 }
 
-// unsettled says what has not settled yet ("" when everything has).
-func (r *replayer) unsettled() string {
+// unsettled says what has not settled yet ("" when everything has); with
+// detail, down to the object where that costs a scan.
+func (r *replayer) unsettled(detail bool) string {
+	// Cheap checks first: most calls come while something is in flight.
 	if why := r.sched.Idle(); why != "" {
 		return "the scheduler: " + why
+	}
+	if why := r.sched.PodsBehind(r.podView, detail); why != "" {
+		return "the scheduler's " + why
+	}
+	if why := r.sched.ObjectsBehind(nrtGVR, r.nrtView, detail); why != "" {
+		return "the scheduler's " + why
+	}
+	if held := r.sched.PluginObjects(); held != nil {
+		for name, rv := range r.nrtView.Versions() {
+			if held[name] != rv {
+				return fmt.Sprintf("the nicaffinity plugin holds %s's object at resourceVersion %q, the apiserver %q", name, held[name], rv)
+			}
+		}
 	}
 	for name := range r.alive {
 		if _, ok, _ := r.podStore.GetByKey("default/" + name); !ok {
@@ -358,20 +386,6 @@ func (r *replayer) unsettled() string {
 			return fmt.Sprintf("node %s: its NodeResourceTopology counts another pod set (fingerprint %s, its pods %s)", n.Name, got, want)
 		}
 	}
-	if why := r.sched.PodsBehind(r.podView); why != "" {
-		return "the scheduler's " + why
-	}
-	if why := r.sched.ObjectsBehind(nrtGVR, r.nrtView); why != "" {
-		return "the scheduler's " + why
-	}
-	if held := r.sched.PluginObjects(); held != nil {
-		want := r.nrtView.Versions()
-		for name, rv := range want {
-			if held[name] != rv {
-				return fmt.Sprintf("the nicaffinity plugin holds %s's object at resourceVersion %q, the apiserver %q", name, held[name], rv)
-			}
-		}
-	}
 	return ""
 }
 
@@ -398,12 +412,19 @@ func podSetFingerprint(pods []*corev1.Pod) string {
 // bound, admitted and observed, jobs that now run (whose end becomes an
 // event), and pods found unschedulable.
 func (r *replayer) observe() {
-	for _, obj := range r.podStore.List() {
-		pod := obj.(*corev1.Pod)
-		pr, rec := r.byPod[pod.Name], r.jobOf[pod.Name]
-		if pr == nil || rec.Ended != never {
+	r.dirtyMu.Lock()
+	dirty := r.dirty
+	r.dirty = map[string]bool{}
+	r.dirtyMu.Unlock()
+	var jobs []int
+	for name := range dirty {
+		obj, ok, _ := r.podStore.GetByKey("default/" + name)
+		pr, rec := r.byPod[name], r.jobOf[name]
+		if !ok || pr == nil || rec.Ended != never {
 			continue
 		}
+		pod := obj.(*corev1.Pod)
+		jobs = append(jobs, r.index[rec])
 		if pod.Spec.NodeName != "" && pr.Bound == never {
 			pr.Bound, pr.Node = r.now, pod.Spec.NodeName
 			pr.BindLatency = time.Since(r.created[pod.Name])
@@ -428,8 +449,11 @@ func (r *replayer) observe() {
 			}
 		}
 	}
-	for i, rec := range r.recs {
-		if rec.Ended != never || rec.Running != never {
+	// Jobs in job order, so that ends at one moment are queued alike.
+	slices.Sort(jobs)
+	for _, i := range slices.Compact(jobs) {
+		rec := r.recs[i]
+		if rec.Running != never {
 			continue
 		}
 		bound, running := true, true
@@ -467,16 +491,4 @@ func (r *replayer) report() {
 		s.Submitted++
 	}
 	r.progress(s)
-}
-
-// pendingNames lists the pods of jobs not yet running, for messages.
-func pendingNames(recs []*record) string {
-	var out []string
-	for _, rec := range recs {
-		if rec.Running == never && rec.Ended == never {
-			out = append(out, rec.Name)
-		}
-	}
-	sort.Strings(out)
-	return strings.Join(out, ", ")
 }

@@ -703,7 +703,7 @@ func TestDocumentedWorkloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(DefaultWorkload, w, cmpopts.IgnoreUnexported(WorkloadSpec{})); diff != "" {
+	if diff := cmp.Diff(DefaultWorkload, w, cmpopts.IgnoreUnexported(WorkloadSpec{}), cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("docs/simulate.md's defaults (-want,+got):\n%s", diff)
 	}
 	if _, err := ParseWorkload("README.md", block("../../README.md", "cat > workload.yaml", "<<'YAML'\n", "YAML\n")); err != nil {

@@ -128,7 +128,7 @@ var (
 	}}
 	DefaultWorkload = WorkloadSpec{Jobs: 64, Sizes: map[int]int{1: 4, 2: 3, 4: 2, 8: 1}, RDMAShare: 0.7, VFShare: 0.1,
 		Load: Load{From: 0.3, To: 0.9}, MinDuration: Duration(15 * time.Minute), MaxDuration: Duration(60 * time.Minute),
-		MaxWait: Duration(3 * time.Hour), TimeModel: DefaultTimeModel, Seed: 1}
+		MaxWait: Duration(3 * time.Hour), TimeModel: DefaultTimeModel, Arrival: ArrivalPoisson, Seed: 1}
 )
 
 // Scenario is a bundled cluster and workload.
