@@ -10,11 +10,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nicaffinity/nicaffinity/internal/pluginbench"
-	"github.com/nicaffinity/nicaffinity/internal/sim"
+	"github.com/nicaffinity/nicaffinity/internal/simbench"
 )
 
 type benchOptions struct {
-	spec   sim.BenchSpec
+	spec   simbench.BenchSpec
 	output string
 	micro  bool
 	// cpuProfile of the whole process (apiserver, etcd and scheduler run
@@ -85,7 +85,7 @@ func (o *benchOptions) run(out, progress io.Writer) error {
 	if err != nil {
 		return err
 	}
-	report, err := sim.Bench(cmdContext(), spec, progress)
+	report, err := simbench.Bench(cmdContext(), spec, progress)
 	stopProfile()
 	if err != nil {
 		return err

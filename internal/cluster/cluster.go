@@ -67,7 +67,6 @@ type Node struct {
 	cluster *Cluster
 }
 
-
 // Cluster is a running simulated cluster.
 type Cluster struct {
 	CP    *controlplane.ControlPlane

@@ -181,9 +181,17 @@ func (rep *Report) verdict() string {
 		key, vs, name = "makespanHours", "makespanVsDefault", "makespan"
 		why = "every job waits from the start, so makespan is how fast the cluster gets through the work"
 	}
-	order := make([]int, len(rep.Summary))
-	for i := range order {
-		order[i] = i
+	base := rep.baseIndex()
+	// The candidate is the best column but the default scheduler's: of
+	// those that gave up the fewest jobs, the best on the deciding figure.
+	order := make([]int, 0, len(rep.Summary))
+	for i := range rep.Summary {
+		if i != base {
+			order = append(order, i)
+		}
+	}
+	if len(order) == 0 {
+		order = append(order, base)
 	}
 	slices.SortStableFunc(order, func(a, b int) int {
 		fa, fb := rep.Summary[a].Figures, rep.Summary[b].Figures
@@ -198,24 +206,27 @@ func (rep *Report) verdict() string {
 		runs = fmt.Sprintf("medians of %d runs", len(rep.Runs))
 	}
 	var b strings.Builder
-	base := rep.baseIndex()
 	ch, compared := best.Figures[vs]
+	verb := "finishes the same work"
+	if key == "jctMeanHours" {
+		verb = "completes jobs"
+	}
+	spread := ""
+	if ch.Runs > 1 {
+		spread = fmt.Sprintf(" [%+.1f%%, %+.1f%% over the runs]", ch.Min, ch.Max)
+	}
 	switch {
 	case base < 0 || order[0] == base || !compared:
 		fmt.Fprintf(&b, "%s did best on %s: %.2f h", best.Column, name, best.Figures[key].Median)
-	case ch.Runs > 1 && ch.Min < 0 && ch.Max > 0:
-		fmt.Fprintf(&b, "No clear difference: %s's %s is %.1f%% %s than %s's at the median, but %s in some runs and %s in others [%+.1f%%, %+.1f%%]",
-			best.Column, name, math.Abs(ch.Median), shorter(ch.Median), rep.baseName(), shorter(-1), shorter(1), ch.Min, ch.Max)
+	case ch.Runs > 1 && ch.Min < 0 && ch.Max > 0, ch.Median == 0:
+		fmt.Fprintf(&b, "No clear difference: %s's %s is %.1f%% %s than %s's at the median, but shorter in some runs and longer in others%s",
+			best.Column, name, math.Abs(ch.Median), shorter(ch.Median), rep.baseName(), spread)
+	case ch.Median > 0:
+		fmt.Fprintf(&b, "No column %s sooner than %s: the best, %s, is %.1f%% later%s (%s %.2f h against %.2f h)",
+			verb, rep.baseName(), best.Column, ch.Median, spread, name, best.Figures[key].Median, rep.Summary[base].Figures[key].Median)
 	default:
-		verb := "finishes the same work"
-		if key == "jctMeanHours" {
-			verb = "completes jobs"
-		}
-		fmt.Fprintf(&b, "%s %s %.1f%% %s than %s", best.Column, verb, math.Abs(ch.Median), sooner(ch.Median), rep.baseName())
-		if ch.Runs > 1 {
-			fmt.Fprintf(&b, " [%+.1f%%, %+.1f%% over the runs]", ch.Min, ch.Max)
-		}
-		fmt.Fprintf(&b, " (%s %.2f h against %.2f h)", name, best.Figures[key].Median, rep.Summary[base].Figures[key].Median)
+		fmt.Fprintf(&b, "%s %s %.1f%% sooner than %s%s (%s %.2f h against %.2f h)", best.Column, verb, -ch.Median, rep.baseName(), spread,
+			name, best.Figures[key].Median, rep.Summary[base].Figures[key].Median)
 	}
 	other := "makespanVsDefault"
 	if key == "makespanHours" {

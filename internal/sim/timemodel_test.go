@@ -182,8 +182,19 @@ func TestVerdictNoClearWinner(t *testing.T) {
 	}
 	rep.Finish()
 	// Changes -3.8%, +1.7%, -1.8%.
-	want := "No clear difference: preferred+proxy's makespan is 1.8% shorter than default-scheduler's at the median, but shorter in some runs and longer in others [-3.8%, +1.7%]"
+	want := "No clear difference: preferred+proxy's makespan is 1.8% shorter than default-scheduler's at the median, but shorter in some runs and longer in others [-3.8%, +1.7% over the runs]"
 	if !strings.HasPrefix(rep.Verdict, want) || strings.Contains(rep.Verdict, "finishes the same work") {
 		t.Errorf("verdict %q", rep.Verdict)
+	}
+	// Later in every run: the verdict says no column is sooner.
+	rep = &Report{Workload: WorkloadSpec{Jobs: 1, Arrival: ArrivalBacklog}, Columns: []Column{Columns[1], Columns[3]}}
+	for i, m := range [][2]float64{{5.5, 5.2}, {6, 5.9}} {
+		if err := rep.Add(&Plan{Workload: WorkloadSpec{Seed: int64(i)}}, []Result{{Jobs: 1, Finished: 1, MakespanHours: m[0]}, {Jobs: 1, Finished: 1, MakespanHours: m[1]}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep.Finish()
+	if want := "No column finishes the same work sooner than default-scheduler: the best, preferred+proxy, is 3.7% later [+1.7%, +5.8% over the runs]"; !strings.HasPrefix(rep.Verdict, want) {
+		t.Errorf("verdict %q, want %q", rep.Verdict, want)
 	}
 }

@@ -1,9 +1,14 @@
-package sim
+// Package simbench measures the scheduler with and without nicaffinity on
+// one control plane (scheduler_perf's method): nicaffinity-sim bench. It is
+// a different tool from the simulator (internal/sim), whose profiles it
+// shares.
+package simbench
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -22,6 +27,7 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/internal/schedulerrun"
+	"github.com/nicaffinity/nicaffinity/internal/sim"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
@@ -95,9 +101,9 @@ type BenchReport struct {
 func Bench(ctx context.Context, spec BenchSpec, progress io.Writer) (*BenchReport, error) {
 	report := &BenchReport{}
 	if len(spec.Profiles) == 0 {
-		spec.Profiles = Schedulers[:1]
+		spec.Profiles = sim.Schedulers[:1]
 	}
-	def := Schedulers[1]
+	def := sim.Schedulers[1]
 	all := append(append([]string{}, spec.Profiles...), def)
 	return report, bench(ctx, spec, report, all, def, progress)
 }
@@ -242,7 +248,7 @@ func benchConfig(custom string, under []string) (string, error) {
 				return fmt.Errorf("scheduler configuration: no profile named %s", want)
 			}
 		}
-		doc["profiles"] = append(profiles, map[string]any{"schedulerName": Schedulers[1]})
+		doc["profiles"] = append(profiles, map[string]any{"schedulerName": sim.Schedulers[1]})
 		doc["clientConnection"] = map[string]any{"qps": 5000, "burst": 5000}
 		return nil
 	})
@@ -484,3 +490,6 @@ func (h histogram) quantile(q float64) float64 {
 	}
 	return lower
 }
+
+// round2 keeps figures readable and JSON equal to the table.
+func round2(f float64) float64 { return math.Round(f*100) / 100 }
