@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	"github.com/k8stopologyawareschedwg/podfingerprint"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	discoveryfake "k8s.io/client-go/discovery/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/ptr"
@@ -935,5 +937,48 @@ func TestWholeNodeRDMAScore(t *testing.T) {
 	s, err := getState(cycle)
 	if err != nil || s.planned == nil || len(s.planned.GPUs) != 8 || s.planned.Level != "PIX" {
 		t.Errorf("plan %+v, %v; want all 8 GPUs at PIX", s.planned, err)
+	}
+}
+
+// TestRecheckConfirmsOnPodEvents: a node's object and the scheduler's pod
+// events come on different informers. When the object that counts a
+// reserved pod arrives before the scheduler sees the pod bound, the
+// fingerprints differ and the reservation stays; the pod's event then
+// confirms it, so the reserved GPUs are not counted twice until the node's
+// next write.
+func TestRecheckConfirmsOnPodEvents(t *testing.T) {
+	_, st := newTestPlugin(t, nil, handNRT("n", 0, 1, 2, 3))
+	pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{nodeNameIndex: func(obj interface{}) ([]string, error) {
+		if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}, nil
+		}
+		return nil, nil
+	}})
+	feed := &informerFeed{c: st, pods: pods, schedulerName: testProfile}
+	st.Reserve("n", "uid-p", nrt.GPUSet(0b0011), nil) // planned: GPUs 0 and 1
+	// The device plugin gave the pod GPUs 2 and 3; the object says so and
+	// counts the pod.
+	o := handNRT("n", 0, 1)
+	o.ResourceVersion = "2"
+	o.Attributes = append(o.Attributes, v1alpha2.AttributeInfo{Name: podfingerprint.Attribute, Value: nrt.Fingerprint([]devices.Pod{{Namespace: "default", Name: "p"}})})
+	feed.observe(o)
+	free := func() int {
+		v, _ := st.View("n")
+		return v.free.Count()
+	}
+	if got := free(); got != 0 {
+		t.Fatalf("before the pod event: %d free GPUs, want 0 (the reservation still held)", got)
+	}
+	p := makePod("p", 2, nil)
+	p.Spec.NodeName, p.Status.Phase = "n", v1.PodRunning
+	if err := pods.Add(p); err != nil {
+		t.Fatal(err)
+	}
+	feed.recheck(p)
+	if got := free(); got != 2 {
+		t.Errorf("after the pod event: %d free GPUs, want 2 (the object counts the pod; the reservation is confirmed)", got)
+	}
+	if st.holds("uid-p") {
+		t.Errorf("the reservation is still held")
 	}
 }
