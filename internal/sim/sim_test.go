@@ -890,6 +890,12 @@ func runColumns(t *testing.T, p *Plan, cols []Column, progress [][]Progress) []R
 		})
 	}
 	wg.Wait()
+	// Every replay the tests make is held to its seed's bound.
+	for _, r := range results {
+		if r.GPUDirectJobs > p.Bound().Jobs {
+			t.Errorf("%s: %d GPUDirect-eligible jobs, above the bound %+v", r.Column.Name, r.GPUDirectJobs, p.Bound())
+		}
+	}
 	return results
 }
 

@@ -113,6 +113,9 @@ func TestRunTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if r.GPUDirectJobs > p.Bound().Jobs {
+		t.Errorf("%d eligible jobs, above the bound %+v", r.GPUDirectJobs, p.Bound())
+	}
 	// The first runs 0-2 h on the HGX; the second waits there until 2 h
 	// (the half-NIC node has no 8 aligned GPUs) and ends at 3 h; the third
 	// runs 45m-1h45m. JCT: 2, 2.5, 1 h.
