@@ -383,34 +383,15 @@ func (s *Scheduler) Assumed(pod *v1.Pod) bool {
 // returns once it has: the entity is in flight. Call it only while the
 // queue holds one (Queued), or it waits for the next.
 func (s *Scheduler) Step(ctx context.Context) error {
-	for _, ch := range []chan struct{}{s.settle.tokens, s.settle.popped} {
-		var err error
-		if ch == s.settle.tokens {
-			err = waitSend(ctx, s, ch)
-		} else {
-			err = waitRecv(ctx, s, ch)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func waitSend(ctx context.Context, s *Scheduler, ch chan struct{}) error {
 	select {
-	case ch <- struct{}{}:
-		return nil
+	case s.settle.tokens <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.done:
 		return fmt.Errorf("the scheduler stopped: %v", s.Err())
 	}
-}
-
-func waitRecv(ctx context.Context, s *Scheduler, ch chan struct{}) error {
 	select {
-	case <-ch:
+	case <-s.settle.popped:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

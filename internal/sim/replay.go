@@ -24,6 +24,8 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
 	"github.com/nicaffinity/nicaffinity/internal/schedulerrun"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 )
 
 // The replay runs on a virtual clock. Workload time moves only from one
@@ -401,11 +403,11 @@ func fingerprintAttr(o *nrtv1alpha2.NodeResourceTopology) string {
 }
 
 func podSetFingerprint(pods []*corev1.Pod) string {
-	fp := podfingerprint.NewFingerprint(len(pods))
-	for _, p := range pods {
-		_ = fp.Add(p.Namespace, p.Name)
+	set := make([]devices.Pod, len(pods))
+	for i, p := range pods {
+		set[i] = devices.Pod{Namespace: p.Namespace, Name: p.Name}
 	}
-	return fp.Sign()
+	return nrt.Fingerprint(set)
 }
 
 // observe records, after a settle, what changed at this moment: pods

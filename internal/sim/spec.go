@@ -418,14 +418,12 @@ func ParseWorkload(file string, b []byte) (WorkloadSpec, error) {
 		return w, bad("no job sizes", "sizes")
 	}
 	for _, k := range slices.Sorted(maps.Keys(w.MultiPod)) {
-		sh, err := parseShape(k)
-		if err != nil {
+		if _, err := parseShape(k); err != nil {
 			return w, bad(err.Error(), "multiPod", k)
 		}
 		if w.MultiPod[k] < 0 {
 			return w, bad(fmt.Sprintf("weight %d: want 0 or more", w.MultiPod[k]), "multiPod", k)
 		}
-		_ = sh
 	}
 	for _, k := range slices.Sorted(maps.Keys(w.Sizes)) {
 		if k < 1 || k > 8 {

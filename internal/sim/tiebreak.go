@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"hash/fnv"
 	"slices"
@@ -59,26 +60,23 @@ func tieHash(pod *v1.Pod, node string) uint64 {
 // PreScore ranks the feasible nodes: the order of the hashes, names
 // breaking equal hashes.
 func (t *tieBreak) PreScore(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
-	names := make([]string, 0, len(nodes))
-	for _, n := range nodes {
-		names = append(names, n.Node().Name)
+	type ranked struct {
+		name string
+		hash uint64
 	}
-	slices.SortFunc(names, func(a, b string) int {
-		ha, hb := tieHash(pod, a), tieHash(pod, b)
-		switch {
-		case ha < hb:
-			return -1
-		case ha > hb:
-			return 1
+	order := make([]ranked, 0, len(nodes))
+	for _, n := range nodes {
+		order = append(order, ranked{n.Node().Name, tieHash(pod, n.Node().Name)})
+	}
+	slices.SortFunc(order, func(a, b ranked) int {
+		if c := cmp.Compare(a.hash, b.hash); c != 0 {
+			return c
 		}
-		if a < b {
-			return -1
-		}
-		return 1
+		return cmp.Compare(a.name, b.name)
 	})
-	rank := make(map[string]int, len(names))
-	for i, n := range names {
-		rank[n] = i
+	rank := make(map[string]int, len(order))
+	for i, n := range order {
+		rank[n.name] = i
 	}
 	state.Write(fwk.StateKey(t.name), &tieBreakState{rank: rank})
 	return nil
