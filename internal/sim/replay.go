@@ -4,8 +4,6 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 	"time"
 
 	nrtv1alpha2 "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
@@ -105,7 +103,6 @@ type replayer struct {
 	recs     []*record
 	byPod    map[string]*podRecord
 	jobOf    map[string]*record
-	index    map[*record]int
 	queue    events
 	now      time.Duration
 	progress func(Progress)
@@ -116,10 +113,6 @@ type replayer struct {
 	// processed, as the scheduler's handlers must have too.
 	podView, nrtView *schedulerrun.View
 	changed          chan struct{}
-	// dirty are the pods the replay's informer changed since the last
-	// observe, so that observe costs the changes, not the cluster.
-	dirtyMu sync.Mutex
-	dirty   map[string]bool
 	// alive are the pods the replay created and has not deleted.
 	alive map[string]bool
 	// created is when each pod was created on the wall clock, for the
@@ -137,8 +130,8 @@ func (r *replayer) notify() {
 // replay runs the plan's jobs through the column's scheduler on virtual time.
 func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Cluster, sched *schedulerrun.Scheduler, p *Plan, col Column, progress func(Progress)) ([]*record, time.Duration, error) {
 	r := &replayer{ctx: ctx, cp: cp, cl: cl, sched: sched, p: p, col: col, pods: cp.Kube.CoreV1().Pods("default"),
-		info: map[string]nodeInfo{}, byPod: map[string]*podRecord{}, jobOf: map[string]*record{}, index: map[*record]int{}, progress: progress,
-		changed: make(chan struct{}, 1), alive: map[string]bool{}, created: map[string]time.Time{}, dirty: map[string]bool{},
+		info: map[string]nodeInfo{}, byPod: map[string]*podRecord{}, jobOf: map[string]*record{}, progress: progress,
+		changed: make(chan struct{}, 1), alive: map[string]bool{}, created: map[string]time.Time{},
 		podView: schedulerrun.NewView(func(obj any) bool {
 			pod, ok := obj.(*corev1.Pod)
 			return ok && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
@@ -152,7 +145,6 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 			rec.Pods = append(rec.Pods, podRecord{Name: j.podName(k), Bound: never, Running: never})
 		}
 		r.recs = append(r.recs, rec)
-		r.index[rec] = i
 		for k := range rec.Pods {
 			r.byPod[rec.Pods[k].Name] = &rec.Pods[k]
 			r.jobOf[rec.Pods[k].Name] = rec
@@ -188,28 +180,21 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 
 // watch starts the replay's own pod and NodeResourceTopology informers.
 func (r *replayer) watch(stop chan struct{}) error {
-	track := func(v *schedulerrun.View, pods bool) cache.ResourceEventHandler {
-		mark := func(obj any) {
-			if p, ok := obj.(*corev1.Pod); ok && pods {
-				r.dirtyMu.Lock()
-				r.dirty[p.Name] = true
-				r.dirtyMu.Unlock()
-			}
-		}
+	track := func(v *schedulerrun.View) cache.ResourceEventHandler {
 		return cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { v.Set(obj); mark(obj); r.notify() },
-			UpdateFunc: func(_, obj any) { v.Set(obj); mark(obj); r.notify() },
+			AddFunc:    func(obj any) { v.Set(obj); r.notify() },
+			UpdateFunc: func(_, obj any) { v.Set(obj); r.notify() },
 			DeleteFunc: func(obj any) { v.Delete(obj); r.notify() },
 		}
 	}
 	pf := informers.NewSharedInformerFactoryWithOptions(r.cp.Kube, 0, informers.WithNamespace("default"))
 	podInf := pf.Core().V1().Pods().Informer()
-	if _, err := podInf.AddEventHandler(track(r.podView, true)); err != nil {
+	if _, err := podInf.AddEventHandler(track(r.podView)); err != nil {
 		return err
 	}
 	nf := nrtinformers.NewSharedInformerFactory(r.cp.NRT, 0)
 	nrtInf := nf.Topology().V1alpha2().NodeResourceTopologies().Informer()
-	if _, err := nrtInf.AddEventHandler(track(r.nrtView, false)); err != nil {
+	if _, err := nrtInf.AddEventHandler(track(r.nrtView)); err != nil {
 		return err
 	}
 	r.podStore, r.nrtStore = podInf.GetStore(), nrtInf.GetStore()
@@ -414,19 +399,12 @@ func podSetFingerprint(pods []*corev1.Pod) string {
 // bound, admitted and observed, jobs that now run (whose end becomes an
 // event), and pods found unschedulable.
 func (r *replayer) observe() {
-	r.dirtyMu.Lock()
-	dirty := r.dirty
-	r.dirty = map[string]bool{}
-	r.dirtyMu.Unlock()
-	var jobs []int
-	for name := range dirty {
-		obj, ok, _ := r.podStore.GetByKey("default/" + name)
-		pr, rec := r.byPod[name], r.jobOf[name]
-		if !ok || pr == nil || rec.Ended != never {
+	for _, obj := range r.podStore.List() {
+		pod := obj.(*corev1.Pod)
+		pr, rec := r.byPod[pod.Name], r.jobOf[pod.Name]
+		if pr == nil || rec.Ended != never {
 			continue
 		}
-		pod := obj.(*corev1.Pod)
-		jobs = append(jobs, r.index[rec])
 		if pod.Spec.NodeName != "" && pr.Bound == never {
 			pr.Bound, pr.Node = r.now, pod.Spec.NodeName
 			pr.BindLatency = time.Since(r.created[pod.Name])
@@ -452,10 +430,8 @@ func (r *replayer) observe() {
 		}
 	}
 	// Jobs in job order, so that ends at one moment are queued alike.
-	slices.Sort(jobs)
-	for _, i := range slices.Compact(jobs) {
-		rec := r.recs[i]
-		if rec.Running != never {
+	for i, rec := range r.recs {
+		if rec.Ended != never || rec.Running != never {
 			continue
 		}
 		bound, running := true, true
