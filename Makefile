@@ -132,7 +132,8 @@ fuzz:
 	  ./pkg/plugins/nicaffinity:FuzzBestCover \
 	  ./pkg/allocproxy:FuzzChoose \
 	  ./internal/sim:FuzzParseWorkload \
-	  ./internal/sim:FuzzParseCluster ; do \
+	  ./internal/sim:FuzzParseCluster \
+	  ./internal/sim:FuzzParseTrace ; do \
 	  pkg=$${spec%%:*}; fn=$${spec##*:}; \
 	  echo "== $$pkg $$fn"; $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg; \
 	done
