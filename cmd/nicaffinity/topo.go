@@ -90,7 +90,9 @@ func (o *topoOptions) run(w io.Writer, nvml discovery.NVMLReader) error {
 			NVML   bool     `json:"nvml"`
 			Notes  []string `json:"notes,omitempty"`
 			*topology.Matrix
-		}{topo.Source, topo.NVML, topo.Notes, m})
+			// GPUDirect is NCCL's view of every GPU-NIC pair (docs/levels.md).
+			GPUDirect []topology.GPUDirectPair `json:"gpudirect"`
+		}{topo.Source, topo.NVML, topo.Notes, m, topo.GPUDirectPairs()})
 	}
 	fmt.Fprint(w, m.Format())
 	if len(topo.Notes) > 0 {

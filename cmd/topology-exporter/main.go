@@ -183,7 +183,9 @@ func (o *options) run(ctx context.Context) error {
 	}
 	defer src.Close()
 	// The container runs on the host's kernel, whatever root its /sys is mounted at.
-	disc := discovery.Host{SysfsRoot: o.sysfsRoot, NVMLMode: o.nvml, KernelRelease: discovery.RunningKernel()}
+	// The driver's procfs is the host's in a container too (/proc/driver
+	// is not namespaced).
+	disc := discovery.Host{SysfsRoot: o.sysfsRoot, NVMLMode: o.nvml, KernelRelease: discovery.RunningKernel(), NVIDIAProc: "/proc/driver/nvidia"}
 	if o.noPublish {
 		exp := exporter.New(cfg, disc, src, nil, nil, nil)
 		obj, problems, _, err := exp.Build(ctx)

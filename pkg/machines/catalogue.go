@@ -28,6 +28,7 @@ const ProfilePrefix = "profile/"
 var Shapes = append(slices.Clone(Machines),
 	Machine{Name: "half-nic-8gpu-2nic", GPUs: 8, Build: HalfNICs},
 	Machine{Name: "h20-3e-8gpu-11nic-sriov", GPUs: 8, NVLinks: 18, Build: H20SRIOV},
+	Machine{Name: "gb200-tray-4gpu-8nic", GPUs: 4, NVLinks: 18, Build: GB200Tray},
 )
 
 // Lookup finds a sysfs shape by name.

@@ -206,3 +206,47 @@ func H20SRIOV(t *Tree) {
 		t.SRIOV(pf.path+".0", 8, vfs...)
 	}
 }
+
+// GB200Tray is a GB200 compute tray: two Grace CPUs (NUMA nodes 0 and 1,
+// 72 cores each), two GB200 GPUs per Grace, each on a Grace root port of its
+// own and linked to that Grace by NVLink-C2C, with its memory managed by the
+// driver as NUMA node 2, 10, 18 or 26 (what the published tray's `nvidia-smi
+// topo -m` prints as GPU NUMA ID). Each Grace has two 400 Gb/s ConnectX-7 for
+// the compute fabric (mlx5_0,1 and mlx5_4,5) and a dual-port 200 Gb/s
+// BlueField-3 (mlx5_2,3 and mlx5_6,7, the PIX pairs of the published
+// matrix), each on a Grace root port of its own. No PCIe switch joins a GPU
+// and a NIC: NCCL reaches every NIC of the GPU's Grace through C2C and
+// Grace's PCIe, P2C for the fastest ones (docs/levels.md).
+//
+// The published matrix prints SYS between NICs of one Grace, where this
+// shape's separate root complexes on one NUMA node give NODE: which Grace
+// each published NIC hangs off is not known, so the shape is not pinned to it.
+func GB200Tray(t *Tree) {
+	cpus := []string{"0-71", "72-143"}
+	t.NUMANode(0, cpus[0])
+	t.NUMANode(1, cpus[1])
+	t.NUMADistances(0, 10, 40)
+	t.NUMADistances(1, 40, 10)
+	grace := func(domain int) string { return fmt.Sprintf("pci%04x:00/%04x:00:00.0", domain, domain) }
+	fn := func(domain int, f int) string { return fmt.Sprintf("%04x:01:00.%d", domain, f) }
+	memNUMA := []int{2, 10, 18, 26}
+	for s := 0; s < 2; s++ {
+		base := 0x10 * s
+		for i, d := range []int{base + 0x8, base + 0x9} {
+			g := 2*s + i
+			path := grace(d) + "/" + fn(d, 0)
+			t.PCI(path, Func{Vendor: VendorNVIDIA, Device: 0x2941, Class: Class3D, NUMA: s, LocalCPUs: cpus[s]})
+			t.NUMAStatus(fn(d, 0), memNUMA[g])
+		}
+		for i, d := range []int{base, base + 0x2} {
+			t.NIC(grace(d)+"/"+fn(d, 0), fmt.Sprintf("mlx5_%d", 4*s+i), s)
+		}
+		bf := base + 0x6
+		for f := 0; f < 2; f++ {
+			path := grace(bf) + "/" + fn(bf, f)
+			t.PCI(path, Func{Vendor: VendorMellanox, Device: 0xa2dc, Class: ClassEther, NUMA: s})
+			name := fmt.Sprintf("mlx5_%d", 4*s+2+f)
+			t.RDMA(path, name, "net-"+name, Port{LinkLayer: "Ethernet", State: "4: ACTIVE", Rate: "200 Gb/sec (4X HDR)"})
+		}
+	}
+}

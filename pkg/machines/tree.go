@@ -188,6 +188,21 @@ func (t *Tree) SRIOV(pfPath string, total int, vfPaths ...string) {
 	}
 }
 
+// NVIDIAProcDir is where a tree keeps its NVIDIA driver procfs
+// (/proc/driver/nvidia on a host), below its root: no real sysfs has it.
+const NVIDIAProcDir = ".proc-driver-nvidia"
+
+// NUMAStatus writes the NVIDIA driver's numa_status for the GPU at addr: its
+// memory is NUMA node node, as on coherent C2C systems.
+func (t *Tree) NUMAStatus(addr string, node int) {
+	t.WriteFile(NVIDIAProcDir+"/gpus/"+addr+"/numa_status", fmt.Sprintf("Node:      %d\nStatus:    online\n", node))
+}
+
+// Reader is the sysfs reader of the tree, its NVIDIA procfs included.
+func (t *Tree) Reader() *sysfs.Reader {
+	return sysfs.New(sysfs.WithRoot(t.Root), sysfs.WithNVIDIAProc(filepath.Join(t.Root, NVIDIAProcDir)))
+}
+
 // Discover builds a machine's tree under dir and reads it back with the
 // sysfs reader: the machine's topology as discovery would see it.
 func Discover(dir string, build func(*Tree)) (*topology.Topology, error) {
@@ -196,7 +211,7 @@ func Discover(dir string, build func(*Tree)) (*topology.Topology, error) {
 	if err := t.Err(); err != nil {
 		return nil, err
 	}
-	return sysfs.New(sysfs.WithRoot(dir)).Discover()
+	return t.Reader().Discover()
 }
 
 // WriteBytes writes a binary file below the root (a config space).

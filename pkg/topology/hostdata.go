@@ -45,6 +45,10 @@ type PCIRecord struct {
 	VFs      []string
 	// ACS of a bridge (ACSRedirect, ACSOff, "" unknown).
 	ACS string
+	// MemoryNUMANode is, for a GPU, the NUMA node the NVIDIA driver manages
+	// its memory as (its numa_status), which it does only on coherent C2C
+	// systems; nil when it says none or there is no such file.
+	MemoryNUMANode *int
 }
 
 // RDMARecord is one RDMA device.
@@ -71,6 +75,8 @@ type NVMLGPU struct {
 	BusID string
 	// MemoryNUMANode is the NUMA node of GPU memory (-1: none).
 	MemoryNUMANode int
+	// C2C is set when NVML counts an active C2C link to the CPU.
+	C2C bool
 }
 
 const (
@@ -184,7 +190,16 @@ func (t *Topology) addGPUs(h HostData, byAddr map[string]*PCIRecord, funcs map[s
 			if !ok {
 				return fmt.Errorf("NVML GPU %d (%s) at %s: sysfs has no such PCI device", g.Index, g.UUID, addr)
 			}
-			t.GPUs = append(t.GPUs, GPU{Index: g.Index, UUID: g.UUID, Name: g.Name, PCI: f, CPUAffinity: byAddr[addr].LocalCPUs, MemoryNUMANode: g.MemoryNUMANode})
+			gpu := GPU{Index: g.Index, UUID: g.UUID, Name: g.Name, PCI: f, CPUAffinity: byAddr[addr].LocalCPUs, MemoryNUMANode: g.MemoryNUMANode}
+			if g.C2C {
+				gpu.C2C = C2CNVML
+			} else if byAddr[addr].MemoryNUMANode != nil {
+				gpu.C2C = C2CNUMAStatus
+			}
+			if n := byAddr[addr].MemoryNUMANode; gpu.MemoryNUMANode < 0 && n != nil {
+				gpu.MemoryNUMANode = *n
+			}
+			t.GPUs = append(t.GPUs, gpu)
 		}
 		t.NVLinks = append(t.NVLinks, h.NVML.NVLinks...)
 		return nil
@@ -197,7 +212,11 @@ func (t *Topology) addGPUs(h HostData, byAddr map[string]*PCIRecord, funcs map[s
 	}
 	sort.Strings(addrs)
 	for i, addr := range addrs {
-		t.GPUs = append(t.GPUs, GPU{Index: i, PCI: funcs[addr], CPUAffinity: byAddr[addr].LocalCPUs, MemoryNUMANode: -1})
+		gpu := GPU{Index: i, PCI: funcs[addr], CPUAffinity: byAddr[addr].LocalCPUs, MemoryNUMANode: -1}
+		if n := byAddr[addr].MemoryNUMANode; n != nil {
+			gpu.MemoryNUMANode, gpu.C2C = *n, C2CNUMAStatus
+		}
+		t.GPUs = append(t.GPUs, gpu)
 	}
 	return nil
 }

@@ -47,7 +47,14 @@ func (t *Topology) Matrix() *Matrix {
 			d.GPUNUMAID = strconv.Itoa(g.MemoryNUMANode)
 		}
 		m.Devices = append(m.Devices, d)
-		places = append(places, p.place(g.PCI))
+		pl := p.place(g.PCI)
+		if g.MemoryNUMANode >= 0 {
+			// A coherent GPU (Grace C2C) counts as its memory's NUMA node,
+			// which no NIC shares: nvidia-smi prints SYS to every NIC of a
+			// GB200 tray.
+			pl.numa = g.MemoryNUMANode
+		}
+		places = append(places, pl)
 	}
 	for i, nic := range t.NICs {
 		m.Devices = append(m.Devices, MatrixDevice{Label: "NIC" + strconv.Itoa(i), Name: nic.Name, BusID: nic.PCI.Address})

@@ -104,7 +104,24 @@ type GPU struct {
 	// MemoryNUMANode is the NUMA node of the GPU's own memory on coherent
 	// systems (GB200); -1 when the GPU memory is not a NUMA node.
 	MemoryNUMANode int `json:"memoryNumaNode"`
+	// C2C names where the GPU was found linked to its CPU by NVLink-C2C
+	// (Grace): C2CNVML, C2CNUMAStatus or C2CNCCLXML; empty when no source
+	// says so (no C2C, or nothing could tell).
+	C2C string `json:"c2c,omitempty"`
 }
+
+// Sources of a GPU's C2C link (GPU.C2C).
+const (
+	// C2CNVML: NVML counts an active C2C link (NVML_FI_DEV_C2C_LINK_COUNT
+	// and _GET_STATUS, the fields NCCL reads).
+	C2CNVML = "nvml"
+	// C2CNUMAStatus: the NVIDIA driver manages the GPU's memory as a NUMA
+	// node (/proc/driver/nvidia/gpus/<bus>/numa_status), which it does on
+	// coherent C2C systems.
+	C2CNUMAStatus = "nvidia-numa-status"
+	// C2CNCCLXML: the NCCL topology dump has a <c2c> element for the GPU.
+	C2CNCCLXML = "nccl-xml"
+)
 
 // NIC is one RDMA device (an entry of /sys/class/infiniband).
 type NIC struct {
@@ -223,6 +240,9 @@ func (t *Topology) Validate() error {
 		indices[g.Index] = true
 		if err := check(what, g.PCI); err != nil {
 			return err
+		}
+		if !oneOf(g.C2C, C2CNVML, C2CNUMAStatus, C2CNCCLXML) {
+			return fmt.Errorf("%s: C2C source %q, want %s, %s, %s or empty", what, g.C2C, C2CNVML, C2CNUMAStatus, C2CNCCLXML)
 		}
 	}
 	names := map[string]bool{}

@@ -35,6 +35,10 @@ type Host struct {
 	// it); empty reads the running kernel's when SysfsRoot is the host's
 	// /sys, and leaves it unknown for another tree.
 	KernelRelease string
+	// NVIDIAProc is the NVIDIA driver's procfs directory, where coherent
+	// (C2C) GPUs have a numa_status; empty reads /proc/driver/nvidia when
+	// SysfsRoot is the host's /sys, and nothing for another tree.
+	NVIDIAProc string
 }
 
 // RunningKernel is the release of the kernel this process runs on (the
@@ -69,7 +73,11 @@ func (h Host) Discover() (*topology.Topology, error) {
 	if kernel == "" && filepath.Clean(root) == "/sys" {
 		kernel = RunningKernel()
 	}
-	data, err := sysfs.New(sysfs.WithRoot(root), sysfs.WithKernelRelease(kernel)).Read()
+	opts := []sysfs.Option{sysfs.WithRoot(root), sysfs.WithKernelRelease(kernel)}
+	if h.NVIDIAProc != "" {
+		opts = append(opts, sysfs.WithNVIDIAProc(h.NVIDIAProc))
+	}
+	data, err := sysfs.New(opts...).Read()
 	if err != nil {
 		return nil, err
 	}

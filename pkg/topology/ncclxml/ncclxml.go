@@ -232,6 +232,17 @@ func (im *importer) pci(e *element, rc topology.RootComplex, cpus string, chain 
 				}
 				nic.Ports = []topology.Port{{Number: port}}
 			}
+			if sp, ok := n.attr("speed"); ok {
+				// NCCL's speed is in Mb/s; the model keeps sysfs's wording.
+				mbps, err := strconv.Atoi(sp)
+				if err != nil || mbps < 0 || mbps > 100_000_000 {
+					return fmt.Errorf("%s: <net name=%q> speed %q is not a rate in Mb/s", where, name, sp)
+				}
+				if len(nic.Ports) == 0 {
+					nic.Ports = []topology.Port{{Number: 1}}
+				}
+				nic.Ports[0].Rate = strconv.FormatFloat(float64(mbps)/1000, 'f', -1, 64) + " Gb/sec"
+			}
 			im.t.NICs = append(im.t.NICs, nic)
 		}
 	case class&0xffff00 == 0x020700 || class&0xffff00 == 0x020000:
@@ -266,6 +277,18 @@ func (im *importer) gpu(fn topology.PCIFunction, g *element, cpus, host, where s
 			rec.rank, rec.hasRank = n, true
 		}
 		for _, l := range g.Children {
+			if l.XMLName.Local == "c2c" {
+				// NCCL links the GPU to its CPU by C2C with count x bw
+				// (ncclTopoAddC2c); a link count of 0 is no link.
+				count, err := strconv.Atoi(attrOr(&l, "count", "0"))
+				if err != nil || count < 0 {
+					return fmt.Errorf("%s: <c2c count=%q> is not a number", where, attrOr(&l, "count", ""))
+				}
+				if count > 0 {
+					rec.gpu.C2C = topology.C2CNCCLXML
+				}
+				continue
+			}
 			if l.XMLName.Local != "nvlink" {
 				continue
 			}

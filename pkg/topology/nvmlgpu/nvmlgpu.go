@@ -3,6 +3,7 @@
 package nvmlgpu
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -80,11 +81,35 @@ func (r *Reader) Read() (*topology.NVMLData, error) {
 		if numa, ret := dev.GetNumaNodeId(); ret == nvml.SUCCESS && numa >= 0 {
 			g.MemoryNUMANode = numa
 		}
+		g.C2C = c2cLinked(dev)
 		byBus[bus] = i
 		data.GPUs = append(data.GPUs, g)
 	}
 	data.NVLinks = nvlinks(devices, byBus)
 	return data, nil
+}
+
+// maxC2CLinks caps the links asked about: Grace parts have up to 10.
+const maxC2CLinks = 64
+
+// c2cLinked reads whether the GPU has an active C2C link to its CPU the way
+// NCCL does (xml.cc, ncclTopoGetXmlFromGpu): NVML's C2C link count, then
+// each link's status, 1 being up. A GPU or driver that does not know the
+// fields has none.
+func c2cLinked(dev nvml.Device) bool {
+	count := []nvml.FieldValue{{FieldId: nvml.FI_DEV_C2C_LINK_COUNT}}
+	if dev.GetFieldValues(count) != nvml.SUCCESS || nvml.Return(count[0].NvmlReturn) != nvml.SUCCESS {
+		return false
+	}
+	n := min(binary.LittleEndian.Uint32(count[0].Value[:4]), maxC2CLinks)
+	for l := uint32(0); l < n; l++ {
+		status := []nvml.FieldValue{{FieldId: nvml.FI_DEV_C2C_LINK_GET_STATUS, ScopeId: l}}
+		if dev.GetFieldValues(status) == nvml.SUCCESS && nvml.Return(status[0].NvmlReturn) == nvml.SUCCESS &&
+			binary.LittleEndian.Uint32(status[0].Value[:4]) == 1 {
+			return true
+		}
+	}
+	return false
 }
 
 // nvlinks counts the active NVLinks of every GPU, to peers and to NVSwitches.

@@ -23,6 +23,8 @@ import (
 type Reader struct {
 	root   string
 	kernel string
+	// nvidiaProc is the NVIDIA driver's procfs directory.
+	nvidiaProc string
 }
 
 // Option configures a Reader.
@@ -36,11 +38,23 @@ func WithRoot(dir string) Option { return func(r *Reader) { r.root = dir } }
 // stays unknown.
 func WithKernelRelease(release string) Option { return func(r *Reader) { r.kernel = release } }
 
-// New returns a Reader of /sys unless WithRoot says otherwise.
+// WithNVIDIAProc reads the NVIDIA driver's procfs (/proc/driver/nvidia) from
+// dir: a GPU's numa_status there says the driver manages its memory as a NUMA
+// node, which it does on coherent C2C (Grace) systems only. A directory that
+// is not there reads as no such GPU.
+func WithNVIDIAProc(dir string) Option { return func(r *Reader) { r.nvidiaProc = dir } }
+
+// New returns a Reader of /sys unless WithRoot says otherwise. The NVIDIA
+// procfs is read from /proc/driver/nvidia when the root is /sys, from
+// WithNVIDIAProc's directory when given, else not at all: a tree read from
+// elsewhere never mixes in this host's GPUs.
 func New(opts ...Option) *Reader {
 	r := &Reader{root: "/sys"}
 	for _, o := range opts {
 		o(r)
+	}
+	if r.nvidiaProc == "" && r.root == "/sys" {
+		r.nvidiaProc = "/proc/driver/nvidia"
 	}
 	return r
 }
@@ -55,6 +69,13 @@ func (r *Reader) Read() (topology.HostData, error) {
 	}
 	if h.PCI, err = readPCI(root); err != nil {
 		return h, err
+	}
+	for i := range h.PCI {
+		if r.nvidiaProc != "" && topology.IsNVIDIAGPU(h.PCI[i].Vendor, h.PCI[i].Class) {
+			if h.PCI[i].MemoryNUMANode, err = readNUMAStatus(r.nvidiaProc, h.PCI[i].Address); err != nil {
+				return h, err
+			}
+		}
 	}
 	if h.RDMA, err = readRDMA(root); err != nil {
 		return h, err
@@ -158,6 +179,36 @@ func readFunction(root, link string) (topology.PCIRecord, error) {
 		}
 	}
 	return rec, nil
+}
+
+// readNUMAStatus reads the NUMA node of a GPU's memory from the NVIDIA
+// driver's numa_status ("Node:      2", nv-procfs.c), which the driver
+// creates only for GPUs whose memory it manages as a NUMA node. No file, or
+// a node of -1, is none.
+func readNUMAStatus(dir, addr string) (*int, error) {
+	path := filepath.Join(dir, "gpus", addr, "numa_status")
+	b, err := readBinary(path, 4096)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		v, ok := strings.CutPrefix(line, "Node:")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < -1 || n > 1<<16 {
+			return nil, fmt.Errorf("%s: Node %q is not a NUMA node number", path, strings.TrimSpace(v))
+		}
+		if n < 0 {
+			return nil, nil
+		}
+		return &n, nil
+	}
+	return nil, fmt.Errorf("%s: no Node line", path)
 }
 
 // readACS reads a bridge's ACS state from its config space. Reading past

@@ -34,6 +34,7 @@ func WithNVSwitches(s *server.Server, busIDs []string, links int) error {
 		dev := d.(*server.Device)
 		SetBusID(dev, busIDs[i])
 		dev.GetNumaNodeIdFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+		SetC2CLinks(dev, 0)
 		dev.GetNvLinkStateFunc = func(link int) (nvml.EnableState, nvml.Return) {
 			if link >= links {
 				return nvml.FEATURE_DISABLED, nvml.ERROR_INVALID_ARGUMENT
@@ -47,6 +48,27 @@ func WithNVSwitches(s *server.Server, busIDs []string, links int) error {
 	}
 	// DeviceGetCount and the handle lookups read s.Devices.
 	return nil
+}
+
+// SetC2CLinks makes the mock device answer NVML's C2C fields with links
+// active C2C links (0: the fields are not supported, as on PCIe GPUs).
+func SetC2CLinks(dev *server.Device, links int) {
+	dev.GetFieldValuesFunc = func(values []nvml.FieldValue) nvml.Return {
+		for i := range values {
+			v := &values[i]
+			switch {
+			case links == 0:
+				v.NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
+			case v.FieldId == nvml.FI_DEV_C2C_LINK_COUNT:
+				v.NvmlReturn, v.Value = uint32(nvml.SUCCESS), [8]byte{byte(links)}
+			case v.FieldId == nvml.FI_DEV_C2C_LINK_GET_STATUS && int(v.ScopeId) < links:
+				v.NvmlReturn, v.Value = uint32(nvml.SUCCESS), [8]byte{1}
+			default:
+				v.NvmlReturn = uint32(nvml.ERROR_INVALID_ARGUMENT)
+			}
+		}
+		return nvml.SUCCESS
+	}
 }
 
 // SetBusID makes the mock device report busID from GetPciInfo.

@@ -1,0 +1,88 @@
+package machines
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+)
+
+// TestNCCLAgreesWithLevelsWithoutC2C holds NCCL's rule to nvidia-smi's on
+// every machine of the catalogue without C2C: there NCCL's default cut-off
+// is PXB as well, and the two differ only in how they count (NODE is PHB
+// to NCCL, a flattened Broadcom sub-switch PIX), never in which pairs get
+// GPUDirect RDMA.
+func TestNCCLAgreesWithLevelsWithoutC2C(t *testing.T) {
+	for _, name := range Names() {
+		topo, err := Load(name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		c2c := false
+		for _, g := range topo.GPUs {
+			c2c = c2c || g.C2C != ""
+		}
+		if c2c {
+			continue
+		}
+		m := topo.Matrix()
+		for _, p := range topo.GPUDirectPairs() {
+			gi, ni := -1, -1
+			for i, g := range topo.GPUs {
+				if g.Index == p.GPU {
+					gi = i
+				}
+			}
+			for j, n := range topo.NICs {
+				if n.Name == p.NIC {
+					ni = len(topo.GPUs) + j
+				}
+			}
+			level := m.Cells[gi][ni].Level
+			if level.GPUDirectCapable() != p.Eligible && p.NCCLPath != topology.PathNET {
+				t.Errorf("%s: GPU %d - %s: nvidia-smi %s, NCCL %s eligible=%v", name, p.GPU, p.NIC, level, p.NCCLPath, p.Eligible)
+			}
+		}
+	}
+}
+
+// TestNCCLOnGraceAndCX8 pins the machines where NCCL's rule and the
+// nvidia-smi level part: each GPU's eligible NICs under NCCL's defaults.
+func TestNCCLOnGraceAndCX8(t *testing.T) {
+	tests := []struct {
+		machine string
+		want    map[int][]string
+	}{
+		{"gb200-tray-4gpu-8nic", map[int][]string{
+			0: {"mlx5_0:P2C", "mlx5_1:P2C"}, 1: {"mlx5_0:P2C", "mlx5_1:P2C"},
+			2: {"mlx5_4:P2C", "mlx5_5:P2C"}, 3: {"mlx5_4:P2C", "mlx5_5:P2C"},
+		}},
+		// Both hosts of the fused dump: each GPU's own NIC through the
+		// ConnectX-8 switch, PXB to NCCL (PIX to nvidia-smi); the Grace's
+		// other NIC is PHB, not among the GPU's closest.
+		{ProfilePrefix + "oci-gb300-2x4gpu-cx8vf-mnnvl", map[int][]string{
+			0: {"rdma_vf_rail1_dma@0:PXB"}, 1: {"rdma_vf_rail0_dma@0:PXB"}, 2: {"rdma_vf_rail3_dma@0:PXB"}, 3: {"rdma_vf_rail2_dma@0:PXB"},
+			4: {"rdma_vf_rail1_dma@1:PXB"}, 5: {"rdma_vf_rail0_dma@1:PXB"}, 6: {"rdma_vf_rail3_dma@1:PXB"}, 7: {"rdma_vf_rail2_dma@1:PXB"},
+		}},
+		{ProfilePrefix + "oci-hgx-b300-8gpu-8cx8vf", map[int][]string{
+			0: {"rdma_vf_rail0:PXB"}, 1: {"rdma_vf_rail1:PXB"}, 2: {"rdma_vf_rail2:PXB"}, 3: {"rdma_vf_rail3:PXB"},
+			4: {"rdma_vf_rail4:PXB"}, 5: {"rdma_vf_rail5:PXB"}, 6: {"rdma_vf_rail6:PXB"}, 7: {"rdma_vf_rail7:PXB"},
+		}},
+	}
+	for _, tc := range tests {
+		topo, err := Load(tc.machine)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.machine, err)
+		}
+		got := map[int][]string{}
+		for _, p := range topo.GPUDirectPairs() {
+			if p.Eligible {
+				got[p.GPU] = append(got[p.GPU], p.NIC+":"+p.NCCLPath.String())
+			}
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%s: eligible NICs per GPU (-want,+got):\n%s", tc.machine, diff)
+		}
+	}
+}
