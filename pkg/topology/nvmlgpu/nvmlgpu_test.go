@@ -139,3 +139,49 @@ func TestReadFaults(t *testing.T) {
 		})
 	}
 }
+
+// TestReadC2C reads C2C the way NCCL does: a link count, then each link's
+// status; a GPU whose links are all down, or whose driver does not know
+// the fields, has none.
+func TestReadC2C(t *testing.T) {
+	tests := []struct {
+		name  string
+		links int
+		down  bool
+		want  bool
+	}{
+		{"PCIe GPU", 0, false, false},
+		{"GB200, 5 links", 5, false, true},
+		{"links all down", 3, true, false},
+		{"absurd count", 1 << 30, false, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := dgxh100.New()
+			if err := nvmltest.WithNVSwitches(srv, busIDs(2), 18); err != nil {
+				t.Fatal(err)
+			}
+			dev := srv.Devices[1].(*server.Device)
+			nvmltest.SetC2CLinks(dev, tc.links)
+			if tc.down {
+				inner := dev.GetFieldValuesFunc
+				dev.GetFieldValuesFunc = func(v []nvml.FieldValue) nvml.Return {
+					r := inner(v)
+					for i := range v {
+						if v[i].FieldId == nvml.FI_DEV_C2C_LINK_GET_STATUS {
+							v[i].Value = [8]byte{0}
+						}
+					}
+					return r
+				}
+			}
+			data, err := nvmlgpu.New(nvmlgpu.WithNVML(srv)).Read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if data.GPUs[0].C2C || data.GPUs[1].C2C != tc.want {
+				t.Errorf("C2C = %v, %v; want false, %v", data.GPUs[0].C2C, data.GPUs[1].C2C, tc.want)
+			}
+		})
+	}
+}

@@ -156,6 +156,18 @@ func TestReadBadInput(t *testing.T) {
 		{"missing sysfs root", func(t *testing.T, tree *machines.Tree) {
 			mustRemove(t, tree.Root)
 		}, "sysfs root"},
+		{"garbage numa_status node", func(t *testing.T, tree *machines.Tree) {
+			tree.WriteFile(machines.NVIDIAProcDir+"/gpus/0000:03:00.0/numa_status", "Node:      two\nStatus:    online\n")
+		}, `numa_status: Node "two" is not a NUMA node number`},
+		{"numa_status without a node", func(t *testing.T, tree *machines.Tree) {
+			tree.WriteFile(machines.NVIDIAProcDir+"/gpus/0000:03:00.0/numa_status", "Status:    online\n")
+		}, "numa_status: no Node line"},
+		{"numa_status past its size cap", func(t *testing.T, tree *machines.Tree) {
+			tree.WriteFile(machines.NVIDIAProcDir+"/gpus/0000:03:00.0/numa_status", strings.Repeat("x", 8192))
+		}, "numa_status"},
+		{"numa_status node out of range", func(t *testing.T, tree *machines.Tree) {
+			tree.WriteFile(machines.NVIDIAProcDir+"/gpus/0000:03:00.0/numa_status", "Node: 99999999\n")
+		}, `Node "99999999" is not a NUMA node number`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -164,7 +176,7 @@ func TestReadBadInput(t *testing.T) {
 			if err := tree.Err(); err != nil {
 				t.Fatal(err)
 			}
-			_, err := sysfs.New(sysfs.WithRoot(tree.Root)).Discover()
+			_, err := tree.Reader().Discover()
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("error = %v, want one containing %q", err, tc.wantErr)
 			}
@@ -250,4 +262,43 @@ func FuzzReadAttributes(f *testing.F) {
 			_ = topo.Matrix()
 		}
 	})
+}
+
+// TestReadNUMAStatus reads a coherent GPU's memory node from the driver's
+// procfs, and only from the directory the Reader is given.
+func TestReadNUMAStatus(t *testing.T) {
+	tests := []struct {
+		name     string
+		status   string
+		wantNode int
+		wantC2C  string
+	}{
+		{"online", "Node:      2\nStatus:    online\nAddress:   4000000000\n", 2, topology.C2CNUMAStatus},
+		{"offline still names the node", "Node:      10\nStatus:    offline\n", 10, topology.C2CNUMAStatus},
+		{"node -1 is none", "Node:      -1\nStatus:    disabled\n", -1, ""},
+		{"no file", "", -1, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tree := small(t)
+			if tc.status != "" {
+				tree.WriteFile(machines.NVIDIAProcDir+"/gpus/0000:03:00.0/numa_status", tc.status)
+			}
+			topo, err := tree.Reader().Discover()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g := topo.GPUs[0]; g.MemoryNUMANode != tc.wantNode || g.C2C != tc.wantC2C {
+				t.Errorf("memory NUMA node %d, C2C %q; want %d, %q", g.MemoryNUMANode, g.C2C, tc.wantNode, tc.wantC2C)
+			}
+			// A Reader of a tree without WithNVIDIAProc reads no procfs.
+			plain, err := sysfs.New(sysfs.WithRoot(tree.Root)).Discover()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g := plain.GPUs[0]; g.MemoryNUMANode != -1 || g.C2C != "" {
+				t.Errorf("without WithNVIDIAProc: memory NUMA node %d, C2C %q", g.MemoryNUMANode, g.C2C)
+			}
+		})
+	}
 }

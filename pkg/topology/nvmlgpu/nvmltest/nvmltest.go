@@ -4,6 +4,7 @@
 package nvmltest
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -60,7 +61,8 @@ func SetC2CLinks(dev *server.Device, links int) {
 			case links == 0:
 				v.NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
 			case v.FieldId == nvml.FI_DEV_C2C_LINK_COUNT:
-				v.NvmlReturn, v.Value = uint32(nvml.SUCCESS), [8]byte{byte(links)}
+				v.NvmlReturn = uint32(nvml.SUCCESS)
+				binary.LittleEndian.PutUint32(v.Value[:4], uint32(links))
 			case v.FieldId == nvml.FI_DEV_C2C_LINK_GET_STATUS && int(v.ScopeId) < links:
 				v.NvmlReturn, v.Value = uint32(nvml.SUCCESS), [8]byte{1}
 			default:
