@@ -140,7 +140,7 @@ func TestParseWorkload(t *testing.T) {
 		{"timeModel:\n  commShare: {9: 0.1}\n", "w.yaml:2: timeModel.commShare.9: 9 GPUs: want 1 to 8"},
 		{"sizes: {1: 1, 4: 1}\ntimeModel:\n  commShare: {1: 0.2}\n", "w.yaml:3: timeModel.commShare: no share for 4-GPU jobs, which sizes draws"},
 		{"timeModel:\n  bandwidth:\n    PIX: 1\n    PHB: 0\n", "w.yaml:4: timeModel.bandwidth.PHB: 0: want a bandwidth relative to GPUDirect RDMA in (0, 1]"},
-		{"timeModel:\n  bandwidth: {NV4: 1}\n", "w.yaml:2: timeModel.bandwidth.NV4: \"NV4\": want PIX, PXB, PHB, NODE or SYS"},
+		{"timeModel:\n  bandwidth: {NV4: 1}\n", "w.yaml:2: timeModel.bandwidth.NV4: \"NV4\": want PIX, PXB, P2C, PHB, NODE or SYS"},
 		{"timeModel:\n  bandwidth: {pix: 1}\n", "timeModel.bandwidth.pix: \"pix\": want PIX"},
 		{"timeModel:\n  bandwidth: {PIX: 1, PXB: 1}\n", "w.yaml:2: timeModel.bandwidth: no factor for PHB"},
 		{"timeModel:\n  latency: 3\n", "w.yaml: line 2: field latency not found"},

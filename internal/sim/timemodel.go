@@ -38,7 +38,7 @@ type TimeModel struct {
 // and SYS, so they share the factor.
 var DefaultTimeModel = TimeModel{
 	CommShare: map[int]float64{1: 0.3, 2: 0.3, 3: 0.3, 4: 0.3, 5: 0.3, 6: 0.3, 7: 0.3, 8: 0.3},
-	Bandwidth: map[string]float64{"PIX": 1, "PXB": 1, "PHB": 0.5, "NODE": 0.5, "SYS": 0.5},
+	Bandwidth: map[string]float64{"PIX": 1, "PXB": 1, "P2C": 1, "PHB": 0.5, "NODE": 0.5, "SYS": 0.5},
 }
 
 // Runtime is how long a job of gpus GPUs whose aligned runtime is aligned
@@ -50,7 +50,10 @@ func (m TimeModel) Runtime(aligned time.Duration, gpus int, rdma bool, worst top
 		return aligned
 	}
 	c := m.CommShare[gpus]
-	b := m.Bandwidth[worst.String()]
+	b, ok := m.Bandwidth[worst.String()]
+	if !ok && worst == topology.LevelP2C {
+		b = 1 // optional in a spec: NCCL's default uses GPUDirect RDMA on P2C
+	}
 	if b <= 0 {
 		b = 1 // a level outside the model (X, NV): not a NIC path
 	}
@@ -77,14 +80,14 @@ func (m TimeModel) validate(sizes map[int]int, bad func(msg string, path ...any)
 	for _, name := range slices.Sorted(maps.Keys(m.Bandwidth)) {
 		l, err := topology.ParseLevel(name)
 		if err != nil || !slices.Contains(topology.Levels, l) || l.String() != name {
-			return bad(fmt.Sprintf("%q: want PIX, PXB, PHB, NODE or SYS", name), "timeModel", "bandwidth", name)
+			return bad(fmt.Sprintf("%q: want PIX, PXB, P2C, PHB, NODE or SYS", name), "timeModel", "bandwidth", name)
 		}
 		if b := m.Bandwidth[name]; !(b > 0 && b <= 1) {
 			return bad(fmt.Sprintf("%g: want a bandwidth relative to GPUDirect RDMA in (0, 1]", b), "timeModel", "bandwidth", name)
 		}
 	}
 	for _, l := range topology.Levels {
-		if _, ok := m.Bandwidth[l.String()]; !ok {
+		if _, ok := m.Bandwidth[l.String()]; !ok && l != topology.LevelP2C {
 			return bad(fmt.Sprintf("no factor for %s", l), "timeModel", "bandwidth")
 		}
 	}

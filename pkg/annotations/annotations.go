@@ -12,7 +12,7 @@ import (
 )
 
 const (
-	// MaxLevel is the worst GPU-NIC level a pod accepts: PIX, PXB, PHB, NODE or SYS.
+	// MaxLevel is the worst GPU-NIC level a pod accepts: PIX, PXB, P2C, PHB, NODE or SYS.
 	MaxLevel = "nicaffinity.io/max-level"
 	// Policy is "required" (filter nodes) or "preferred" (only score).
 	Policy = "nicaffinity.io/policy"
@@ -148,7 +148,7 @@ func ParseObserved(s string) (Observed, error) {
 func ParseMaxLevel(s string) (topology.Level, error) {
 	l, err := topology.ParseLevel(strings.ToUpper(strings.TrimSpace(s)))
 	if err != nil || l < topology.LevelPIX {
-		return 0, fmt.Errorf("annotation %s=%q: want one of PIX, PXB, PHB, NODE, SYS", MaxLevel, s)
+		return 0, fmt.Errorf("annotation %s=%q: want one of PIX, PXB, P2C, PHB, NODE, SYS", MaxLevel, s)
 	}
 	return l, nil
 }

@@ -24,7 +24,8 @@ type NodeOptions struct {
 	LinkLayer string
 	// DevInfiniband lists /dev/infiniband on the host (nil: not read).
 	DevInfiniband []string
-	// MaxLevel is the worst level that counts as aligned (PXB).
+	// MaxLevel is the worst level that counts as aligned (P2C: where NCCL's
+	// defaults use GPUDirect RDMA).
 	MaxLevel topology.Level
 	// KeepGoing checks every layer even after one failed (acceptance runs).
 	KeepGoing bool
@@ -33,7 +34,7 @@ type NodeOptions struct {
 // Node runs the host checklist on a topology read from sysfs.
 func Node(t *topology.Topology, o NodeOptions) Report {
 	if o.MaxLevel == 0 {
-		o.MaxLevel = topology.LevelPXB
+		o.MaxLevel = topology.LevelP2C
 	}
 	b := newBuilder(o.Subject)
 	b.keepGoing = o.KeepGoing
@@ -58,7 +59,7 @@ func Node(t *topology.Topology, o NodeOptions) Report {
 		nodePorts(b, pfs, o)
 	}
 	if b.startLayer(LayerTopology) {
-		nodeTopology(b, t, m, o)
+		nodeTopology(b, t, o)
 	}
 	return b.report()
 }
@@ -135,27 +136,36 @@ func nodePorts(b *builder, pfs []topology.NIC, o NodeOptions) {
 	}
 }
 
-// nodeTopology checks each GPU's nearest NIC that is up against the level.
-func nodeTopology(b *builder, t *topology.Topology, m *topology.Matrix, o NodeOptions) {
+// nodeTopology checks each GPU's nearest NIC that is up against the level,
+// and says NCCL's path to it and whether NCCL's defaults use GPUDirect
+// RDMA there (docs/levels.md, "Aligned: NCCL's rule").
+func nodeTopology(b *builder, t *topology.Topology, o NodeOptions) {
+	align, paths := t.AlignLevels(), t.NCCLPaths()
 	for i, gpu := range t.GPUs {
-		best, bestLevel := "", topology.LevelSYS+1
+		best, bestLevel := -1, topology.LevelSYS+1
 		for j, n := range t.NICs {
 			if n.PhysFn != "" || !n.Up() {
 				continue
 			}
-			if l := m.Cells[i][len(t.GPUs)+j].Level; l < bestLevel {
-				best, bestLevel = n.Name, l
+			if l := align[i][j]; l < bestLevel {
+				best, bestLevel = j, l
 			}
 		}
 		name := fmt.Sprintf("GPU %d (%s)", gpu.Index, gpu.PCI.Address)
-		switch {
-		case best == "":
+		if best < 0 {
 			b.warn(name, "no NIC that is up", "RDMA pods cannot use this GPU with GPUDirect RDMA; nicaffinity keeps them off it")
-		case bestLevel > o.MaxLevel:
-			b.warn(name, fmt.Sprintf("nearest NIC %s at %s", best, bestLevel), fmt.Sprintf("no NIC at %s or closer: RDMA pods on this GPU run without GPUDirect RDMA; nicaffinity keeps them off it (compare nvidia-smi topo -m)", o.MaxLevel))
-		default:
-			b.pass(name, fmt.Sprintf("nearest NIC %s at %s", best, bestLevel))
+			continue
 		}
+		gdr := "not used"
+		if (topology.NCCLRule{}).Eligible(paths[i][best]) {
+			gdr = "used"
+		}
+		what := fmt.Sprintf("nearest NIC %s at %s; NCCL path %s, GPUDirect RDMA %s under NCCL's defaults", t.NICs[best].Name, bestLevel, paths[i][best], gdr)
+		if bestLevel > o.MaxLevel {
+			b.warn(name, what, fmt.Sprintf("no NIC at %s or closer: RDMA pods on this GPU run without GPUDirect RDMA; nicaffinity keeps them off it (compare nvidia-smi topo -m)", o.MaxLevel))
+			continue
+		}
+		b.pass(name, what)
 	}
 }
 

@@ -128,7 +128,7 @@ func TestPodRequestCheck(t *testing.T) {
 	}
 	o := DefaultClusterOptions()
 	if c := check(Pod(mk(map[string]string{"nicaffinity.io/policy": "preferred"}), o)); c.Status != Info ||
-		c.Detail != "2 GPUs, each with a NIC at PXB or closer (preferred), 2 VFs of openshift.io/sriov_highnet" {
+		c.Detail != "2 GPUs, each with a NIC at P2C or closer (preferred), 2 VFs of openshift.io/sriov_highnet" {
 		t.Errorf("VF pod: %+v", c)
 	}
 	if c := check(Pod(mk(map[string]string{"nicaffinity.io/max-level": "CLOSE"}), o)); c.Status != Fail || !strings.Contains(c.Detail, "nicaffinity.io/max-level") {
@@ -166,7 +166,7 @@ func TestDoctorLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	b = newBuilder("node")
-	nodeTopology(b, topo, topo.Matrix(), NodeOptions{MaxLevel: topology.LevelPXB})
+	nodeTopology(b, topo, NodeOptions{MaxLevel: topology.LevelPXB})
 	warned := 0
 	for _, c := range b.report().Checks {
 		if c.Status == Warn {

@@ -65,7 +65,7 @@ const unhealthyAfter = 3
 func DefaultConfig(node string) Config {
 	return Config{
 		NodeName: node, Resources: nrt.DefaultResources(), RDMAPrefixes: []string{"rdma/"},
-		MaxLevel: topology.LevelPXB, TopologyManagerPolicy: "none", TopologyManagerScope: "container",
+		MaxLevel: topology.LevelP2C, TopologyManagerPolicy: "none", TopologyManagerScope: "container",
 		ResyncPeriod: 60 * time.Second, MinWriteInterval: time.Second, MaxBackoff: 30 * time.Second,
 		SyncTimeout: 30 * time.Second,
 	}

@@ -43,11 +43,14 @@ type Verifier struct {
 
 	devices *nrt.Devices
 	matrix  *topology.Matrix
+	// align are the decision levels of every GPU-NIC pair (P2C where
+	// NCCL's rule gives it).
+	align [][]topology.Level
 }
 
 // NewVerifier prepares a verifier for one topology.
 func NewVerifier(node string, t *topology.Topology, r nrt.Resources, rdmaPrefixes []string, maxLevel topology.Level) *Verifier {
-	return &Verifier{Node: node, Topology: t, Resources: r, RDMAPrefixes: rdmaPrefixes, MaxLevel: maxLevel, devices: nrt.NewDevices(t), matrix: t.Matrix()}
+	return &Verifier{Node: node, Topology: t, Resources: r, RDMAPrefixes: rdmaPrefixes, MaxLevel: maxLevel, devices: nrt.NewDevices(t), matrix: t.Matrix(), align: t.AlignLevels()}
 }
 
 func (v *Verifier) isRDMA(resource string) bool {
@@ -176,7 +179,7 @@ func (v *Verifier) observe(h holdings) (o annotations.Observed, worst, worstUsab
 	// usable is the level that counts for alignment: a path on which
 	// GPUDirect RDMA cannot run is no better than PHB.
 	usable := func(g, n int) (topology.Level, []string) {
-		l := v.matrix.Cells[g][len(v.Topology.GPUs)+n].Level
+		l := v.align[g][n]
 		blocks := v.Topology.PathBlocks(g, n)
 		if len(blocks) > 0 {
 			l = max(l, topology.LevelPHB)
@@ -198,7 +201,7 @@ func (v *Verifier) observe(h holdings) (o annotations.Observed, worst, worstUsab
 				}
 			}
 			if best >= 0 {
-				level := v.matrix.Cells[g][len(v.Topology.GPUs)+best].Level
+				level := v.align[g][best]
 				og.NIC, og.Level = v.Topology.NICs[best].Name, level.String()
 				if !seenNIC[best] {
 					seenNIC[best] = true

@@ -306,6 +306,30 @@ func (b *builder) switchZones() []v1alpha2.Zone {
 
 }
 
+// ncclPathValue is GPU i's AttrNCCLPath: NCCL's path to every offered NIC.
+// Should that exceed an attribute value's cap, it keeps the P2C entries,
+// the only ones the plugin reads beyond the costs, and says so.
+func (b *builder) ncclPathValue(i int, paths []topology.NCCLPath) string {
+	var all, p2c []string
+	for j, n := range b.t.NICs {
+		if n.PhysFn != "" || !b.nicUp[j] {
+			continue
+		}
+		e := n.Name + "=" + paths[j].String()
+		all = append(all, e)
+		if paths[j] == topology.PathP2C {
+			p2c = append(p2c, e)
+		}
+	}
+	if v := strings.Join(all, ","); len(v) <= MaxValueLen {
+		return v
+	}
+	g := b.t.GPUs[i]
+	b.problems = append(b.problems, Problem{Device: fmt.Sprintf("GPU %d (%s)", g.Index, g.PCI.Address),
+		Reason: fmt.Sprintf("NCCL paths to %d NICs exceed an attribute's %d bytes: only the P2C ones are published", len(all), MaxValueLen)})
+	return strings.Join(p2c, ",")
+}
+
 // switchOf is the switch zone of a PCI function.
 func (b *builder) switchOf(f topology.PCIFunction) string { return PrefixSwitch + b.t.SwitchOf(f) }
 
@@ -316,6 +340,7 @@ func (b *builder) gpuZones() []v1alpha2.Zone {
 	var out []v1alpha2.Zone
 	// GPU zones with their costs to every offered NIC and every other GPU.
 	m := t.Matrix()
+	paths := t.NCCLPaths()
 	nicRow := len(t.GPUs)
 	for i, g := range t.GPUs {
 		z := v1alpha2.Zone{
@@ -338,6 +363,9 @@ func (b *builder) gpuZones() []v1alpha2.Zone {
 				continue
 			}
 			z.Costs = append(z.Costs, v1alpha2.CostInfo{Name: NICZoneName(n.Name), Value: CostOf(m.Cells[i][nicRow+j].Level)})
+		}
+		if v := b.ncclPathValue(i, paths[i]); v != "" {
+			z.Attributes = append(z.Attributes, v1alpha2.AttributeInfo{Name: AttrNCCLPath, Value: v})
 		}
 		var acs []string
 		for j, n := range t.NICs {

@@ -79,10 +79,10 @@ type Compiled struct {
 	// Free are the GPUs the node reports available; Healthy those it offers at all.
 	Free, Healthy GPUSet
 	// Near[l][n] are the GPUs at level l or closer to NIC n (l indexes
-	// topology.Levels: PIX, PXB, PHB, NODE, SYS).
-	Near [5][]GPUSet
+	// topology.Levels: PIX, PXB, P2C, PHB, NODE, SYS).
+	Near [NumLevels][]GPUSet
 	// AnyNear[l] are the GPUs with some NIC at level l or closer.
-	AnyNear [5]GPUSet
+	AnyNear [NumLevels]GPUSet
 	// BestLevel[g] is GPU g's closest NIC level (LevelSYS+1 with no NIC).
 	BestLevel []topology.Level
 	// SwitchOf[g] indexes Switches; Switches[s] are the GPUs under switch s,
@@ -93,6 +93,19 @@ type Compiled struct {
 	// HostBlock is why GPUDirect RDMA cannot run on the node at all ("" when
 	// it can or that is unknown).
 	HostBlock string
+	// HasP2C is whether some GPU-NIC pair is at P2C (the object says NCCL
+	// gives it P2C): without one, P2C or closer is PXB or closer.
+	HasP2C bool
+}
+
+// Shown is the level to name in messages about this node for level l: on a
+// node without a P2C pair, P2C or closer reads as PXB or closer, which is
+// the same set of pairs.
+func (c *Compiled) Shown(l topology.Level) topology.Level {
+	if l == topology.LevelP2C && !c.HasP2C {
+		return topology.LevelPXB
+	}
+	return l
 }
 
 // CompiledGPU is one GPU zone.
@@ -125,7 +138,10 @@ type CompiledNIC struct {
 	Block string
 }
 
-// LevelIndex maps PIX..SYS to 0..4; ok is false for others.
+// NumLevels is len(topology.Levels), the levels decisions index.
+const NumLevels = 6
+
+// LevelIndex maps PIX..SYS to 0..5 (topology.Levels); ok is false for others.
 func LevelIndex(l topology.Level) (int, bool) {
 	if l < topology.LevelPIX || l > topology.LevelSYS {
 		return 0, false
@@ -195,8 +211,8 @@ func (c *Compiled) readAttributes(obj *v1alpha2.NodeResourceTopology) error {
 			return fmt.Errorf("written by %s, not by nicaffinity's exporter, which does not overwrite another writer's object (docs/nrt-schema.md, Coexistence)", QuoteManagers(others))
 		}
 	}
-	if schema != SchemaVersion {
-		return fmt.Errorf("attribute %s is %q, want %q (not published by a nicaffinity exporter of this version)", AttrSchema, schema, SchemaVersion)
+	if !slices.Contains(SchemaVersions, schema) {
+		return fmt.Errorf("attribute %s is %q, want one of %s (not published by a nicaffinity exporter this plugin knows)", AttrSchema, schema, strings.Join(SchemaVersions, ", "))
 	}
 	c.HostBlock = topology.HostBlockOf(peerMem, dmaBuf)
 	return nil
@@ -302,6 +318,17 @@ func (c *Compiled) compileGPUs(obj *v1alpha2.NodeResourceTopology, zones map[str
 			return err
 		}
 		g.Published = slices.Clone(g.Level)
+		p2c, err := parseNCCLPath(z.Name, attrValue(z.Attributes, AttrNCCLPath), nicIndex)
+		if err != nil {
+			return err
+		}
+		for n := range p2c {
+			// NCCL's rule gives the pair P2C: it is aligned at P2C however
+			// far the nvidia-smi level says it is.
+			if g.Level[n] > topology.LevelP2C {
+				g.Level[n], c.HasP2C = topology.LevelP2C, true
+			}
+		}
 		for n := range g.Level {
 			why := c.HostBlock
 			if why == "" {
@@ -431,6 +458,34 @@ func parseACSRedirect(zone, value string, nicIndex map[string]int) (map[int]stri
 		}
 		if n, ok := nicIndex[PrefixNIC+nic]; ok {
 			out[n] = addr
+		}
+	}
+	return out, nil
+}
+
+// parseNCCLPath reads a GPU zone's ncclPath attribute into the NIC
+// positions NCCL gives P2C. Entries naming a NIC that is not offered are
+// ignored; malformed ones, and path names NCCL does not have, are errors.
+func parseNCCLPath(zone, value string, nicIndex map[string]int) (map[int]bool, error) {
+	if value == "" {
+		return nil, nil
+	}
+	entries := strings.Split(value, ",")
+	if len(entries) > MaxNICs {
+		return nil, fmt.Errorf("GPU zone %s: attribute %s has %d entries, at most %d", zone, AttrNCCLPath, len(entries), MaxNICs)
+	}
+	out := map[int]bool{}
+	for _, e := range entries {
+		nic, path, ok := strings.Cut(e, "=")
+		var p topology.NCCLPath
+		if ok && nic != "" {
+			ok = p.UnmarshalText([]byte(path)) == nil && path != "" && path[0] >= 'A' && path[0] <= 'Z'
+		}
+		if !ok {
+			return nil, fmt.Errorf("GPU zone %s: attribute %s entry %q is not <rdma device>=<NCCL path type>", zone, AttrNCCLPath, truncate(e, 64))
+		}
+		if n, found := nicIndex[PrefixNIC+nic]; found && p == topology.PathP2C {
+			out[n] = true
 		}
 	}
 	return out, nil

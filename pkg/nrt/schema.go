@@ -33,7 +33,10 @@ const (
 	// UTC). The exporter rewrites it at least every resync period, so the
 	// scheduler can tell an object nobody keeps current.
 	AttrHeartbeat             = "nicaffinity.io/heartbeat"
-	SchemaVersion             = "1"
+	// SchemaVersion is what the exporter publishes. Version 2 adds
+	// AttrNCCLPath on GPU zones and AttrRail on NIC zones, both optional;
+	// version 1 objects read as having neither (no P2C, rails unknown).
+	SchemaVersion = "2"
 	AttrTopologyManagerPolicy = "topologyManagerPolicy"
 	AttrTopologyManagerScope  = "topologyManagerScope"
 	AttrPCIeRoot              = "pcieRoot"
@@ -60,10 +63,19 @@ const (
 	// path from the GPU crosses a bridge with ACS P2P redirect on, each with
 	// the first such bridge: "mlx5_0=0000:14:00.0,mlx5_1=0000:14:00.0".
 	AttrACSRedirect = "acsRedirect"
+	// AttrNCCLPath on GPU zones (schema 2) gives NCCL's path type to each
+	// offered NIC (docs/levels.md, "Aligned: NCCL's rule"):
+	// "mlx5_0=P2C,mlx5_1=P2C,mlx5_2=PHB". Costs keep the nvidia-smi level.
+	AttrNCCLPath = "ncclPath"
+	// AttrRail on NIC zones (schema 2) is the NIC's rail, when known.
+	AttrRail = "rail"
 	// AttrHealth on GPU zones: "ok", or "missing" when the device plugin does
 	// not offer the GPU (fallen off the bus, Xid, unhealthy).
 	AttrHealth = "health"
 )
+
+// SchemaVersions are the versions the plugin reads.
+var SchemaVersions = []string{"1", SchemaVersion}
 
 // GPU health values.
 const (

@@ -39,10 +39,11 @@ type Config struct {
 }
 
 // Default is the Config of the plugin's default args: nvidia.com/gpu,
-// rdma/, the SR-IOV resources of the manifests, PXB, required.
+// rdma/, the SR-IOV resources of the manifests, P2C (where NCCL's defaults
+// use GPUDirect RDMA), required.
 func Default(sriov []string) Config {
 	return Config{GPUResource: "nvidia.com/gpu", RDMAPrefixes: []string{"rdma/"}, SRIOVResources: sriov,
-		MaxLevel: topology.LevelPXB, Required: true}
+		MaxLevel: topology.LevelP2C, Required: true}
 }
 
 // VF is a request for VFs of one SR-IOV resource.

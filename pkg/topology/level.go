@@ -19,6 +19,13 @@ const (
 	LevelPIX
 	// LevelPXB traverses several PCIe bridges but no host bridge.
 	LevelPXB
+	// LevelP2C is not an nvidia-smi level: it is NCCL's P2C, a GPU linked to
+	// its CPU by C2C reaching one of its closest NICs on that CPU's PCIe
+	// (nvidia-smi prints SYS or NODE there). It sits where NCCL orders it,
+	// after PXB and before PHB, and NCCL's default uses GPUDirect RDMA on
+	// it. Only the decision levels (Topology.AlignLevels) carry it; a
+	// matrix never does.
+	LevelP2C
 	// LevelPHB traverses a PCIe host bridge (the CPU's root complex).
 	LevelPHB
 	// LevelNODE traverses the interconnect between host bridges within a NUMA node.
@@ -32,13 +39,15 @@ var levelNames = [...]string{
 	LevelNV:   "NV",
 	LevelPIX:  "PIX",
 	LevelPXB:  "PXB",
+	LevelP2C:  "P2C",
 	LevelPHB:  "PHB",
 	LevelNODE: "NODE",
 	LevelSYS:  "SYS",
 }
 
-// Levels lists the PCIe levels a NIC can be at from a GPU, best first.
-var Levels = []Level{LevelPIX, LevelPXB, LevelPHB, LevelNODE, LevelSYS}
+// Levels lists the levels a NIC can be at from a GPU in the decisions,
+// best first: nvidia-smi's, with NCCL's P2C in NCCL's place.
+var Levels = []Level{LevelPIX, LevelPXB, LevelP2C, LevelPHB, LevelNODE, LevelSYS}
 
 func (l Level) String() string {
 	if int(l) < len(levelNames) {
@@ -47,16 +56,21 @@ func (l Level) String() string {
 	return fmt.Sprintf("Level(%d)", uint8(l))
 }
 
-// ParseLevel reads a level name as nvidia-smi prints it ("PIX", "NODE", ...).
-// "NV" and "NV#" forms such as "NV18" give LevelNV.
+// ParseLevel reads a level name as nvidia-smi prints it ("PIX", "NODE", ...),
+// or P2C, the decision level NCCL's rule adds. "NV" and "NV#" forms such as
+// "NV18" give LevelNV.
 func ParseLevel(s string) (Level, error) {
+	if strings.TrimSpace(s) == "P2C" {
+		return LevelP2C, nil
+	}
 	l, err := ParseLink(s)
 	return l.Level, err
 }
 
-// GPUDirectCapable reports whether NCCL, with its default NCCL_NET_GDR_LEVEL (PXB),
-// uses GPUDirect RDMA between a GPU and a NIC at this level.
-func (l Level) GPUDirectCapable() bool { return l >= LevelPIX && l <= LevelPXB }
+// GPUDirectCapable reports whether NCCL, at its defaults, uses GPUDirect
+// RDMA between a GPU and a NIC at this decision level: PIX, PXB or P2C
+// (docs/levels.md, "Aligned: NCCL's rule").
+func (l Level) GPUDirectCapable() bool { return l >= LevelPIX && l <= LevelP2C }
 
 // Link is one cell of the topology matrix.
 type Link struct {
@@ -89,7 +103,7 @@ func ParseLink(s string) (Link, error) {
 		return Link{Level: LevelNV, NVLinks: n}, nil
 	}
 	for l, name := range levelNames {
-		if t == name && Level(l) != LevelNV {
+		if t == name && Level(l) != LevelNV && Level(l) != LevelP2C {
 			return Link{Level: Level(l)}, nil
 		}
 	}

@@ -297,3 +297,24 @@ func (n NIC) RateGbps() float64 {
 	}
 	return best
 }
+
+// AlignLevels are the levels the decisions use between every GPU (rows, in
+// t.GPUs order) and every NIC (columns, in t.NICs order): nvidia-smi's
+// level, except LevelP2C where NCCL's rule gives the pair P2C and the level
+// is farther (docs/levels.md). Without C2C they are the matrix's levels.
+func (t *Topology) AlignLevels() [][]Level {
+	m := t.Matrix()
+	paths := t.NCCLPaths()
+	out := make([][]Level, len(t.GPUs))
+	for i := range t.GPUs {
+		out[i] = make([]Level, len(t.NICs))
+		for j := range t.NICs {
+			l := m.Cells[i][len(t.GPUs)+j].Level
+			if paths[i][j] == PathP2C && l > LevelP2C {
+				l = LevelP2C
+			}
+			out[i][j] = l
+		}
+	}
+	return out
+}

@@ -27,7 +27,9 @@ type Args struct {
 	// SRIOVResourceNames are SR-IOV VF resources: the pod needs free VFs on
 	// NICs next to its GPUs. Default ["openshift.io/sriov_highnet"].
 	SRIOVResourceNames []string `json:"sriovResourceNames,omitempty"`
-	// DefaultMaxLevel applies when the pod has no nicaffinity.io/max-level. Default PXB.
+	// DefaultMaxLevel applies when the pod has no nicaffinity.io/max-level
+	// and sets no NCCL_NET_GDR_LEVEL. Default P2C: where NCCL's defaults use
+	// GPUDirect RDMA (docs/levels.md).
 	DefaultMaxLevel string `json:"defaultMaxLevel,omitempty"`
 	// DefaultPolicy applies when the pod has no nicaffinity.io/policy: required or preferred. Default required.
 	DefaultPolicy string `json:"defaultPolicy,omitempty"`
@@ -89,7 +91,7 @@ func (a *Args) SetDefaults() {
 		a.SRIOVResourceNames = []string{"openshift.io/sriov_highnet"}
 	}
 	if a.DefaultMaxLevel == "" {
-		a.DefaultMaxLevel = "PXB"
+		a.DefaultMaxLevel = "P2C"
 	}
 	if a.DefaultPolicy == "" {
 		a.DefaultPolicy = annotations.PolicyRequired
@@ -135,7 +137,7 @@ func (a *Args) Validate() field.ErrorList {
 		}
 	}
 	if _, err := annotations.ParseMaxLevel(a.DefaultMaxLevel); err != nil {
-		errs = append(errs, field.NotSupported(root.Child("defaultMaxLevel"), a.DefaultMaxLevel, []string{"PIX", "PXB", "PHB", "NODE", "SYS"}))
+		errs = append(errs, field.NotSupported(root.Child("defaultMaxLevel"), a.DefaultMaxLevel, []string{"PIX", "PXB", "P2C", "PHB", "NODE", "SYS"}))
 	}
 	if _, err := annotations.ParsePolicy(a.DefaultPolicy); err != nil {
 		errs = append(errs, field.NotSupported(root.Child("defaultPolicy"), a.DefaultPolicy, []string{annotations.PolicyRequired, annotations.PolicyPreferred}))

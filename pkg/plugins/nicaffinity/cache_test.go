@@ -137,7 +137,7 @@ func TestDecodeArgs(t *testing.T) {
 		want    func(*Args) bool
 		wantErr string
 	}{
-		{name: "none", obj: nil, want: func(a *Args) bool { return a.DefaultMaxLevel == "PXB" }},
+		{name: "none", obj: nil, want: func(a *Args) bool { return a.DefaultMaxLevel == "P2C" }},
 		{name: "JSON", obj: &runtime.Unknown{Raw: []byte(`{"defaultMaxLevel":"PIX","defaultPolicy":"preferred"}`), ContentType: runtime.ContentTypeJSON},
 			want: func(a *Args) bool { return a.DefaultMaxLevel == "PIX" && a.DefaultPolicy == "preferred" }},
 		{name: "YAML", obj: &runtime.Unknown{Raw: []byte("defaultMaxLevel: PHB\n"), ContentType: runtime.ContentTypeYAML},

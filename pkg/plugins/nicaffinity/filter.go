@@ -74,6 +74,7 @@ func (pl *NICAffinity) rejection(v *nodeView, req *request, li int, steps *int) 
 		code = fwk.UnschedulableAndUnresolvable
 	}
 	cause := blockedCause(v, level)
+	level = v.c.Shown(level)
 	reason := reasonTooFew
 	switch {
 	case cause != "":

@@ -110,6 +110,12 @@ func (sc *scoring) precompute(v *nodeView) {
 	}
 }
 
+// levelScore is the level part of a node's score per index of
+// topology.Levels: PIX 100, PXB 80, P2C 70, PHB 60, NODE 40, SYS 20. P2C
+// ranks below PXB (NCCL's order: the path crosses the CPU) and above PHB
+// (NCCL's default uses GPUDirect RDMA on it).
+var levelScore = [...]int64{100, 80, 70, 60, 40, 20}
+
 // nodeScore is Score on a usable view, within the call's search budget
 // *steps, which every level tried shares.
 func (sc *scoring) nodeScore(v *nodeView, req *request, steps *int) int64 {
@@ -124,7 +130,7 @@ func (sc *scoring) nodeScore(v *nodeView, req *request, steps *int) int64 {
 	if li < 0 {
 		return 0
 	}
-	level := int64((len(topology.Levels) - li) * 100 / len(topology.Levels))
+	level := levelScore[li]
 	certainty := int64(100 * v.certainty(req, levelIndex(req.maxLevel)))
 	packing := int64(100 * v.packing(req, v.plan(req, li)))
 	return sc.score(sc.strategy, level, certainty, packing)

@@ -71,7 +71,7 @@ type answer struct {
 	score, plain uint8
 }
 
-// levelIndex is l's index in topology.Levels (PIX 0 ... SYS 4).
+// levelIndex is l's index in topology.Levels (PIX 0 ... SYS 5).
 func levelIndex(l topology.Level) int {
 	i, ok := nrt.LevelIndex(l)
 	if !ok {

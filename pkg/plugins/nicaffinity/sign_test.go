@@ -20,7 +20,7 @@ func TestSignPod(t *testing.T) {
 	if !st.IsSuccess() {
 		t.Fatalf("SignPod = %v", st)
 	}
-	want := `[{"Key":"nicaffinity.io/request","Value":{"gpus":2,"rdma":true,"maxLevel":"PXB","required":true}}]`
+	want := `[{"Key":"nicaffinity.io/request","Value":{"gpus":2,"rdma":true,"maxLevel":"P2C","required":true}}]`
 	if diff := cmp.Diff(want, base); diff != "" {
 		t.Errorf("signature (-want,+got):\n%s", diff)
 	}
