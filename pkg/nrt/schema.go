@@ -32,11 +32,11 @@ const (
 	// AttrHeartbeat is when the exporter last wrote the object (RFC 3339,
 	// UTC). The exporter rewrites it at least every resync period, so the
 	// scheduler can tell an object nobody keeps current.
-	AttrHeartbeat             = "nicaffinity.io/heartbeat"
+	AttrHeartbeat = "nicaffinity.io/heartbeat"
 	// SchemaVersion is what the exporter publishes. Version 2 adds
 	// AttrNCCLPath on GPU zones and AttrRail on NIC zones, both optional;
 	// version 1 objects read as having neither (no P2C, rails unknown).
-	SchemaVersion = "2"
+	SchemaVersion             = "2"
 	AttrTopologyManagerPolicy = "topologyManagerPolicy"
 	AttrTopologyManagerScope  = "topologyManagerScope"
 	AttrPCIeRoot              = "pcieRoot"
