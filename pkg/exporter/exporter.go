@@ -29,6 +29,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/request"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
@@ -530,7 +531,9 @@ func (e *Exporter) verifyPods(ctx context.Context, snap devices.Snapshot, cl cla
 			continue // the informer has not seen it yet; the next sync will
 		}
 		dev := cl.byPod[p.Namespace+"/"+p.Name]
-		verdict, ok := v.Verify(PodView{Namespace: p.Namespace, Name: p.Name, Devices: p.Devices, Claimed: dev.PCI, Annotations: pod.Annotations})
+		view := PodView{Namespace: p.Namespace, Name: p.Name, Devices: p.Devices, Claimed: dev.PCI, Annotations: pod.Annotations}
+		view.NCCLLevel, view.NCCL, _ = request.NCCLLevel(pod)
+		verdict, ok := v.Verify(view)
 		verdict.Problems = append(verdict.Problems, dev.Problems...)
 		if !ok {
 			continue

@@ -20,6 +20,10 @@ type PodView struct {
 	Devices         []devices.Device
 	Claimed         []string
 	Annotations     map[string]string
+	// NCCL is the pod's own NCCL environment that moves its cut-off
+	// (request.NCCLLevel), "" when none does; NCCLLevel is that cut-off.
+	NCCL      string
+	NCCLLevel topology.Level
 }
 
 // Verdict is the outcome of verifying one pod.
@@ -166,6 +170,9 @@ func (v *Verifier) podMaxLevel(p PodView) (maxLevel topology.Level, problem stri
 		} else {
 			problem = err.Error()
 		}
+	}
+	if p.NCCL != "" {
+		maxLevel = p.NCCLLevel // NCCL is what runs: its environment wins
 	}
 	return maxLevel, problem
 }

@@ -12,6 +12,7 @@ package request
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -60,6 +61,9 @@ type Request struct {
 	VFs      []VF
 	MaxLevel topology.Level
 	Required bool
+	// NCCL is the NCCL environment that set MaxLevel, as the pod spells it
+	// ("NCCL_NET_GDR_LEVEL=PHB"); empty when none did.
+	NCCL string
 }
 
 // Defaulted reports whether the request takes the config's level and
@@ -103,6 +107,9 @@ func Read(pod *v1.Pod, c Config) (r Request, ok bool, err error) {
 		}
 		r.MaxLevel = l
 	}
+	if l, src, ok := NCCLLevel(pod); ok {
+		r.MaxLevel, r.NCCL = l, src
+	}
 	if s, ok := pod.Annotations[annotations.Policy]; ok {
 		p, err := annotations.ParsePolicy(s)
 		if err != nil {
@@ -113,4 +120,84 @@ func Read(pod *v1.Pod, c Config) (r Request, ok bool, err error) {
 	// Map order is random; plans and signatures must not be.
 	slices.SortFunc(r.VFs, func(a, b VF) int { return strings.Compare(a.Resource, b.Resource) })
 	return r, true, nil
+}
+
+// NCCL's environment variables that move its GPUDirect RDMA cut-off
+// (docs/levels.md, "Aligned: NCCL's rule").
+const (
+	EnvGDRLevel = "NCCL_NET_GDR_LEVEL"
+	EnvGDRC2C   = "NCCL_NET_GDR_C2C"
+)
+
+// maxEnvValue bounds the values read: NCCL's own are a few bytes.
+const maxEnvValue = 64
+
+// NCCLLevel is the decision level a pod's own NCCL environment asks for,
+// read from the literal env of its containers (init containers too; the
+// strictest wins when they differ): NCCL_NET_GDR_LEVEL when NCCL reads it,
+// else NCCL_NET_GDR_C2C=0 (PXB). A value NCCL would ignore is ignored.
+// Values from envFrom, ConfigMaps or nccl.conf are not visible here.
+func NCCLLevel(pod *v1.Pod) (topology.Level, string, bool) {
+	best, src, found := topology.LevelSYS, "", false
+	take := func(l topology.Level, s string) {
+		if !found || l < best || l == best && s < src {
+			best, src, found = l, s, true
+		}
+	}
+	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			level, c2c, levelSrc, c2cSrc := "", "", "", ""
+			for _, e := range cs[i].Env {
+				if e.ValueFrom != nil || len(e.Value) > maxEnvValue {
+					continue
+				}
+				switch e.Name {
+				case EnvGDRLevel:
+					level, levelSrc = e.Value, EnvGDRLevel+"="+e.Value
+				case EnvGDRC2C:
+					c2c, c2cSrc = e.Value, EnvGDRC2C+"="+e.Value
+				}
+			}
+			if p, err := topology.ParseNCCLLevel(level); level != "" && err == nil {
+				take(levelOfNCCL(p), levelSrc)
+			} else if off, ok := parseNCCLParam(c2c); ok && off {
+				take(topology.LevelPXB, c2cSrc)
+			}
+		}
+	}
+	return best, src, found
+}
+
+// levelOfNCCL is the decision level that admits exactly the pairs NCCL's
+// cut-off p does: NCCL's PHB includes nvidia-smi's NODE, and a cut-off
+// below PIX (LOC, NVL, NVB, C2C) turns GPUDirect RDMA off on every NIC
+// path, so no placement buys it and every level is as good.
+func levelOfNCCL(p topology.NCCLPath) topology.Level {
+	switch {
+	case p < topology.PathPIX:
+		return topology.LevelSYS
+	case p == topology.PathPIX:
+		return topology.LevelPIX
+	case p == topology.PathPXB:
+		return topology.LevelPXB
+	case p <= topology.PathPXN:
+		return topology.LevelP2C
+	case p == topology.PathPHB:
+		return topology.LevelNODE
+	}
+	return topology.LevelSYS
+}
+
+// parseNCCLParam reads an integer NCCL parameter as NCCL_PARAM does
+// (strtoll, base 0); off is true for 0. ok is false where NCCL would keep
+// its default.
+func parseNCCLParam(s string) (off, ok bool) {
+	if s == "" {
+		return false, false
+	}
+	v, err := strconv.ParseInt(s, 0, 64)
+	if err != nil {
+		return false, false
+	}
+	return v == 0, true
 }

@@ -80,3 +80,59 @@ func TestRead(t *testing.T) {
 		})
 	}
 }
+
+// TestReadNCCLEnv: a pod's own NCCL environment moves its cut-off as NCCL
+// reads it, and nothing NCCL would ignore does.
+func TestReadNCCLEnv(t *testing.T) {
+	cfg := Default(nil)
+	env := func(kv ...string) []v1.EnvVar {
+		var out []v1.EnvVar
+		for i := 0; i+1 < len(kv); i += 2 {
+			out = append(out, v1.EnvVar{Name: kv[i], Value: kv[i+1]})
+		}
+		return out
+	}
+	with := func(e []v1.EnvVar) v1.Container {
+		c := container("nvidia.com/gpu", "1", "rdma/hca", "1")
+		c.Env = e
+		return c
+	}
+	fromSecret := v1.EnvVar{Name: EnvGDRLevel, ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{Key: "k"}}}
+	tests := []struct {
+		name  string
+		pod   *v1.Pod
+		level topology.Level
+		nccl  string
+	}{
+		{"no env: the default", pod(nil, nil, with(nil)), topology.LevelP2C, ""},
+		{"PHB includes NODE", pod(nil, nil, with(env(EnvGDRLevel, "PHB"))), topology.LevelNODE, "NCCL_NET_GDR_LEVEL=PHB"},
+		{"old number 3 is PHB", pod(nil, nil, with(env(EnvGDRLevel, "3"))), topology.LevelNODE, "NCCL_NET_GDR_LEVEL=3"},
+		{"PIX", pod(nil, nil, with(env(EnvGDRLevel, "PIX"))), topology.LevelPIX, "NCCL_NET_GDR_LEVEL=PIX"},
+		{"PXN admits up to P2C", pod(nil, nil, with(env(EnvGDRLevel, "PXN"))), topology.LevelP2C, "NCCL_NET_GDR_LEVEL=PXN"},
+		{"SYS", pod(nil, nil, with(env(EnvGDRLevel, "SYS"))), topology.LevelSYS, "NCCL_NET_GDR_LEVEL=SYS"},
+		{"LOC turns GPUDirect RDMA off: any level", pod(nil, nil, with(env(EnvGDRLevel, "LOC"))), topology.LevelSYS, "NCCL_NET_GDR_LEVEL=LOC"},
+		{"C2C off", pod(nil, nil, with(env(EnvGDRC2C, "0"))), topology.LevelPXB, "NCCL_NET_GDR_C2C=0"},
+		{"C2C off, base-0 spelling", pod(nil, nil, with(env(EnvGDRC2C, "0x0"))), topology.LevelPXB, "NCCL_NET_GDR_C2C=0x0"},
+		{"C2C on", pod(nil, nil, with(env(EnvGDRC2C, "1"))), topology.LevelP2C, ""},
+		{"the level wins over C2C", pod(nil, nil, with(env(EnvGDRC2C, "0", EnvGDRLevel, "PHB"))), topology.LevelNODE, "NCCL_NET_GDR_LEVEL=PHB"},
+		{"a level NCCL ignores, C2C still read", pod(nil, nil, with(env(EnvGDRLevel, "close", EnvGDRC2C, "0"))), topology.LevelPXB, "NCCL_NET_GDR_C2C=0"},
+		{"lower case is not NCCL's", pod(nil, nil, with(env(EnvGDRLevel, "phb"))), topology.LevelP2C, ""},
+		{"C2C garbage is ignored", pod(nil, nil, with(env(EnvGDRC2C, "off"))), topology.LevelP2C, ""},
+		{"valueFrom is not visible", pod(nil, nil, with([]v1.EnvVar{fromSecret})), topology.LevelP2C, ""},
+		{"a huge value is ignored", pod(nil, nil, with(env(EnvGDRLevel, strings.Repeat("P", 100)))), topology.LevelP2C, ""},
+		{"the strictest container wins", pod(nil, nil, with(env(EnvGDRLevel, "PHB")), with(env(EnvGDRLevel, "PIX"))), topology.LevelPIX, "NCCL_NET_GDR_LEVEL=PIX"},
+		{"init containers count", pod(nil, []v1.Container{with(env(EnvGDRLevel, "PXB"))}, with(nil)), topology.LevelPXB, "NCCL_NET_GDR_LEVEL=PXB"},
+		{"env wins over the annotation", pod(map[string]string{annotations.MaxLevel: "PIX"}, nil, with(env(EnvGDRLevel, "SYS"))), topology.LevelSYS, "NCCL_NET_GDR_LEVEL=SYS"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, ok, err := Read(tc.pod, cfg)
+			if err != nil || !ok {
+				t.Fatalf("Read = %v, %v", ok, err)
+			}
+			if r.MaxLevel != tc.level || r.NCCL != tc.nccl {
+				t.Errorf("level %v from %q, want %v from %q", r.MaxLevel, r.NCCL, tc.level, tc.nccl)
+			}
+		})
+	}
+}

@@ -74,7 +74,10 @@ func (pl *NICAffinity) rejection(v *nodeView, req *request, li int, steps *int) 
 		code = fwk.UnschedulableAndUnresolvable
 	}
 	cause := blockedCause(v, level)
-	level = v.c.Shown(level)
+	shown := v.c.Shown(level).String() + " or closer"
+	if req.nccl != "" {
+		shown += " (the pod's " + req.nccl + ")"
+	}
 	reason := reasonTooFew
 	switch {
 	case cause != "":
@@ -88,11 +91,11 @@ func (pl *NICAffinity) rejection(v *nodeView, req *request, li int, steps *int) 
 	switch {
 	// The scheduler prints "<node count> <reason>": reasons start with a word.
 	case len(req.vfs) > 0 && near >= req.gpus:
-		return fwk.NewStatus(code, fmt.Sprintf("no free VF of %s on a NIC at %s or closer to %d free GPUs%s", req.vfs[0].resource, level, req.gpus, cause))
+		return fwk.NewStatus(code, fmt.Sprintf("no free VF of %s on a NIC at %s to %d free GPUs%s", req.vfs[0].resource, shown, req.gpus, cause))
 	case near == 0:
-		return fwk.NewStatus(code, fmt.Sprintf("none of the %d free GPUs has a NIC at %s or closer%s", free, level, cause))
+		return fwk.NewStatus(code, fmt.Sprintf("none of the %d free GPUs has a NIC at %s%s", free, shown, cause))
 	default:
-		return fwk.NewStatus(code, fmt.Sprintf("only %d of the %d free GPUs have a NIC at %s or closer; the pod needs %d%s", near, free, level, req.gpus, cause))
+		return fwk.NewStatus(code, fmt.Sprintf("only %d of the %d free GPUs have a NIC at %s; the pod needs %d%s", near, free, shown, req.gpus, cause))
 	}
 }
 

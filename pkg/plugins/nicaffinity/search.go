@@ -14,6 +14,8 @@ type request struct {
 	vfs      []vfRequest
 	maxLevel topology.Level
 	required bool
+	// nccl is the pod's NCCL environment that set maxLevel, for messages.
+	nccl string
 	// common: the plugin's default level and policy, no VFs. Views carry
 	// precomputed answers for such requests (see answers).
 	common bool

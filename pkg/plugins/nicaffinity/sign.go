@@ -20,6 +20,9 @@ type signature struct {
 	VFs      []signedVFs `json:"vfs,omitempty"`
 	MaxLevel string      `json:"maxLevel"`
 	Required bool        `json:"required"`
+	// NCCL is the pod's NCCL environment that set MaxLevel: the same level
+	// asked for another way gives other messages.
+	NCCL string `json:"nccl,omitempty"`
 }
 
 type signedVFs struct {
@@ -40,7 +43,7 @@ func (pl *NICAffinity) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragme
 	if !ok {
 		return nil, nil
 	}
-	sig := signature{GPUs: req.gpus, RDMA: req.rdma, MaxLevel: req.maxLevel.String(), Required: req.required}
+	sig := signature{GPUs: req.gpus, RDMA: req.rdma, MaxLevel: req.maxLevel.String(), Required: req.required, NCCL: req.nccl}
 	for _, vf := range req.vfs {
 		sig.VFs = append(sig.VFs, signedVFs{Resource: vf.resource, Count: vf.count})
 	}
