@@ -105,7 +105,7 @@ func New(ctx context.Context, cp *controlplane.ControlPlane, opts Options, specs
 			if err := tree.Err(); err != nil {
 				return fail(fmt.Errorf("node %s: %w", s.Name, err))
 			}
-			n.disc = discovery.Host{SysfsRoot: tree.Root, NVMLMode: discovery.NVMLOff}
+			n.disc = discovery.Host{SysfsRoot: tree.Root, NVMLMode: discovery.NVMLOff, NVIDIAProc: filepath.Join(tree.Root, machines.NVIDIAProcDir)}
 		} else {
 			topo := s.Topology
 			n.disc = exporter.DiscovererFunc(func() (*topology.Topology, error) { return topo, nil })

@@ -467,3 +467,66 @@ func TestE2ECapacityFrees(t *testing.T) {
 		t.Errorf("rdma-2 observed %+v, want PIX", o)
 	}
 }
+
+// TestE2EGB200: on GB200 trays every GPU reaches its Grace's fast NICs at
+// P2C (NCCL's rule; nvidia-smi prints SYS), which the default accepts: RDMA
+// pods of 1 and 2 GPUs (part of a tray) and 4 (the whole tray) bind under
+// required through the real apiserver and scheduler, each GPU observed at
+// P2C by the exporter; a pod that turns NCCL's C2C rule off
+// binds nowhere, and says why.
+func TestE2EGB200(t *testing.T) {
+	e := startEnv(t, cluster.NodeSpec{Name: "tray-a", Machine: machines.GB200Tray}, cluster.NodeSpec{Name: "tray-b", Machine: machines.GB200Tray})
+	e.waitNRT(t, "tray-a", func(o *v1alpha2.NodeResourceTopology) bool {
+		for _, z := range o.Zones {
+			for _, a := range z.Attributes {
+				if z.Name == "gpu-0" && a.Name == "ncclPath" && strings.Contains(a.Value, "mlx5_0=P2C") {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	for _, p := range []struct {
+		name string
+		gpus int64
+	}{{"train-1", 1}, {"train-2", 2}, {"train-4", 4}} {
+		e.submit(t, p.name, p.gpus, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
+		pod := e.waitRunning(t, p.name)
+		o := e.observed(t, p.name)
+		t.Logf("%s on %s: level %s, aligned %v, plan %s, GPUs %+v", p.name, pod.Spec.NodeName, o.Level, o.Aligned, o.Plan, o.GPUs)
+		if !o.Aligned || o.Level != "P2C" || len(o.GPUs) != int(p.gpus) {
+			t.Errorf("%s observed %+v; want %d GPUs aligned at P2C", p.name, o, p.gpus)
+		}
+		for _, g := range o.GPUs {
+			if g.Level != "P2C" {
+				t.Errorf("%s: GPU %s at %s to %s; want P2C", p.name, g.BusID, g.Level, g.NIC)
+			}
+		}
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-c2c", Namespace: "default"},
+		Spec: corev1.PodSpec{SchedulerName: "nicaffinity-scheduler", Containers: []corev1.Container{{Name: "train", Image: "train",
+			Env: []corev1.EnvVar{{Name: "NCCL_NET_GDR_C2C", Value: "0"}},
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), "rdma/hca": resource.MustParse("1")}}}}},
+	}
+	if _, err := e.cp.Kube.CoreV1().Pods("default").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := e.cp.Kube.CoreV1().Pods("default").Get(ctx, "no-c2c", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if p.Spec.NodeName != "" {
+			return false, fmt.Errorf("bound to %s", p.Spec.NodeName)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable && strings.Contains(c.Message, "NCCL_NET_GDR_C2C=0") {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Errorf("pod with NCCL_NET_GDR_C2C=0: %v", err)
+	}
+}
