@@ -506,7 +506,7 @@ func TestE2EGB200(t *testing.T) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "no-c2c", Namespace: "default"},
 		Spec: corev1.PodSpec{SchedulerName: "nicaffinity-scheduler", Containers: []corev1.Container{{Name: "train", Image: "train",
-			Env: []corev1.EnvVar{{Name: "NCCL_NET_GDR_C2C", Value: "0"}},
+			Env:       []corev1.EnvVar{{Name: "NCCL_NET_GDR_C2C", Value: "0"}},
 			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), "rdma/hca": resource.MustParse("1")}}}}},
 	}
 	if _, err := e.cp.Kube.CoreV1().Pods("default").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
