@@ -33,7 +33,11 @@ type MatrixGPU struct {
 	State   string   `json:"state"`
 	ToGPUs  []string `json:"toGPUs"`
 	ToNICs  []string `json:"toNICs"`
+	// P2CNICs are the NICs NCCL reaches at P2C from this GPU (through C2C),
+	// where the level printed is farther.
+	P2CNICs []string `json:"p2cNICs,omitempty"`
 	Blocked []bool   `json:"-"`
+	P2C     []bool   `json:"-"`
 }
 
 // MatrixNIC is a NIC column.
@@ -90,8 +94,13 @@ func BuildMatrix(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Matri
 			row.ToGPUs = append(row.ToGPUs, cell)
 		}
 		row.Blocked = make([]bool, len(c.NICs))
+		row.P2C = make([]bool, len(c.NICs))
 		for n := range c.NICs {
 			row.ToNICs = append(row.ToNICs, g.Published[n].String())
+			if g.Level[n] == topology.LevelP2C && g.Published[n] > topology.LevelP2C {
+				row.P2C[n] = true
+				row.P2CNICs = append(row.P2CNICs, c.NICs[n].Name)
+			}
 			if g.Blocked != nil && g.Blocked[n] != "" {
 				row.Blocked[n] = true
 				m.Blocked = append(m.Blocked, fmt.Sprintf("GPU%d-NIC%d (%s-%s): %s", i, n, g.BusID, c.NICs[n].Name, g.Blocked[n]))
@@ -102,9 +111,19 @@ func BuildMatrix(obj *v1alpha2.NodeResourceTopology, gpuResource string) (*Matri
 	return m, nil
 }
 
+func (m *Matrix) hasP2C() bool {
+	for _, g := range m.GPUs {
+		if len(g.P2CNICs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Format prints the matrix in nvidia-smi's layout, with a State column:
 // free, used or missing for GPUs. A "!" after a level marks a path on
-// which GPUDirect RDMA cannot run; the list below says why.
+// which GPUDirect RDMA cannot run (the list below says why), a "+" a pair
+// NCCL reaches at P2C.
 func (m *Matrix) Format() string {
 	var b strings.Builder
 	for i := range m.GPUs {
@@ -120,8 +139,11 @@ func (m *Matrix) Format() string {
 			b.WriteString("\t " + c + " ")
 		}
 		for n, c := range g.ToNICs {
-			if g.Blocked[n] {
+			switch {
+			case g.Blocked[n]:
 				c += "!"
+			case g.P2C[n]:
+				c += "+"
 			}
 			b.WriteString("\t " + c + " ")
 		}
@@ -131,8 +153,11 @@ func (m *Matrix) Format() string {
 		fmt.Fprintf(&b, "NIC%d", n)
 		for _, g := range m.GPUs {
 			c := g.ToNICs[n]
-			if g.Blocked[n] {
+			switch {
+			case g.Blocked[n]:
 				c += "!"
+			case g.P2C[n]:
+				c += "+"
 			}
 			b.WriteString("\t " + c + " ")
 		}
@@ -155,6 +180,9 @@ func (m *Matrix) Format() string {
 		b.WriteString("\t" + state + "\n")
 	}
 	b.WriteString("\nLegend: levels as nvidia-smi topo -m prints them (PIX, PXB, PHB, NODE, SYS, NV#); - not published; ! GPUDirect RDMA impossible on that path\n")
+	if m.hasP2C() {
+		b.WriteString("        + NCCL's path is P2C (a Grace GPU through C2C to its CPU's NIC): NCCL's defaults use GPUDirect RDMA there\n")
+	}
 	if len(m.NICs) > 0 {
 		b.WriteString("\nNIC Legend:\n\n")
 		for n, nic := range m.NICs {

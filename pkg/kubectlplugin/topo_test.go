@@ -52,3 +52,21 @@ func TestTopoMatrixBadObject(t *testing.T) {
 		t.Errorf("err = %v, want one naming the object", err)
 	}
 }
+
+// TestTopoMatrixP2C: on a GB200 tray the published levels are SYS, and the
+// pairs NCCL reaches at P2C are marked "+".
+func TestTopoMatrixP2C(t *testing.T) {
+	topo, err := machines.Load("gb200-tray-4gpu-8nic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, _ := nrttest.FromTopology("gb200-1", topo, nil)
+	m, err := BuildMatrix(obj, "nvidia.com/gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(m.GPUs[0].P2CNICs, ","); got != "mlx5_0,mlx5_1" {
+		t.Errorf("GPU 0's P2C NICs %q, want mlx5_0,mlx5_1", got)
+	}
+	golden.Check(t, filepath.Join("testdata", "topo-gb200-p2c.txt"), []byte(m.Format()), *update)
+}
