@@ -30,9 +30,9 @@ type MatrixGPU struct {
 	Zone  string `json:"zone"`
 	BusID string `json:"busID"`
 	// State is free, used, or missing (the device plugin does not offer it).
-	State   string   `json:"state"`
-	ToGPUs  []string `json:"toGPUs"`
-	ToNICs  []string `json:"toNICs"`
+	State  string   `json:"state"`
+	ToGPUs []string `json:"toGPUs"`
+	ToNICs []string `json:"toNICs"`
 	// P2CNICs are the NICs NCCL reaches at P2C from this GPU (through C2C),
 	// where the level printed is farther.
 	P2CNICs []string `json:"p2cNICs,omitempty"`
