@@ -29,6 +29,7 @@ var Shapes = append(slices.Clone(Machines),
 	Machine{Name: "half-nic-8gpu-2nic", GPUs: 8, Build: HalfNICs},
 	Machine{Name: "h20-3e-8gpu-11nic-sriov", GPUs: 8, NVLinks: 18, Build: H20SRIOV},
 	Machine{Name: "gb200-tray-4gpu-8nic", GPUs: 4, NVLinks: 18, Build: GB200Tray},
+	Machine{Name: "gh200-1gpu-4nic", GPUs: 1, Build: GH200},
 )
 
 // Lookup finds a sysfs shape by name.

@@ -58,6 +58,7 @@ func TestNCCLOnGraceAndCX8(t *testing.T) {
 			0: {"mlx5_0:P2C", "mlx5_1:P2C"}, 1: {"mlx5_0:P2C", "mlx5_1:P2C"},
 			2: {"mlx5_4:P2C", "mlx5_5:P2C"}, 3: {"mlx5_4:P2C", "mlx5_5:P2C"},
 		}},
+		{"gh200-1gpu-4nic", map[int][]string{0: {"mlx5_0:P2C", "mlx5_1:P2C", "mlx5_2:P2C", "mlx5_3:P2C"}}},
 		// Both hosts of the fused dump: each GPU's own NIC through the
 		// ConnectX-8 switch, PXB to NCCL (PIX to nvidia-smi); the Grace's
 		// other NIC is PHB, not among the GPU's closest.

@@ -250,3 +250,23 @@ func GB200Tray(t *Tree) {
 		}
 	}
 }
+
+// GH200 is a GH200 node: one Grace (NUMA node 0, 72 cores) and its Hopper
+// GPU, linked by NVLink-C2C, the GPU's memory managed as NUMA node 1; two
+// dual-port ConnectX-7 at 200 Gb/s a port on Grace root ports (the "(4)
+// 200Gbps ports each" of NVIDIA/nccl issue #1579). NCCL reaches all four
+// ports at P2C; the nvidia-smi level is SYS.
+func GH200(t *Tree) {
+	t.NUMANode(0, "0-71")
+	t.PCI("pci0009:00/0009:00:00.0/0009:01:00.0", Func{Vendor: VendorNVIDIA, Device: 0x2342, Class: Class3D, NUMA: 0, LocalCPUs: "0-71"})
+	t.NUMAStatus("0009:01:00.0", 1)
+	port := Port{LinkLayer: "InfiniBand", State: "4: ACTIVE", Rate: "200 Gb/sec (2X NDR)"}
+	for k, d := range []int{0x0000, 0x0002} {
+		for f := 0; f < 2; f++ {
+			path := fmt.Sprintf("pci%04x:00/%04x:00:00.0/%04x:01:00.%d", d, d, d, f)
+			t.PCI(path, Func{Vendor: VendorMellanox, Device: 0x1021, Class: ClassIB, NUMA: 0})
+			name := fmt.Sprintf("mlx5_%d", 2*k+f)
+			t.RDMA(path, name, "net-"+name, port)
+		}
+	}
+}
