@@ -667,20 +667,24 @@ type nodeInfo struct {
 	VFGroups []int
 }
 
+// describe reduces a node to what the time model and the bound read. Its
+// levels are the decision levels (topology.AlignLevels): P2C where NCCL's
+// rule gives a Grace GPU's pair P2C, so NCCL's eligibility decides.
 func describe(name string, t *topology.Topology) nodeInfo {
 	n := nodeInfo{Name: name, VFLevels: map[string][]topology.Level{}, NICLevels: map[string][]topology.Level{}}
-	for _, nic := range t.NICs {
+	align := t.AlignLevels()
+	for j, nic := range t.NICs {
 		if nic.PhysFn == "" {
-			for _, g := range t.GPUs {
-				n.NICLevels[nic.Name] = append(n.NICLevels[nic.Name], t.PCILevel(g.PCI, nic.PCI))
+			for i := range t.GPUs {
+				n.NICLevels[nic.Name] = append(n.NICLevels[nic.Name], align[i][j])
 			}
 		}
 		if nic.PhysFn == "" && len(nic.VFs) > 0 {
 			n.VFNICs++
 			near := 0
 			var levels []topology.Level
-			for _, g := range t.GPUs {
-				l := t.PCILevel(g.PCI, nic.PCI)
+			for i := range t.GPUs {
+				l := align[i][j]
 				levels = append(levels, l)
 				if l.GPUDirectCapable() {
 					near++
@@ -693,12 +697,12 @@ func describe(name string, t *topology.Topology) nodeInfo {
 			}
 		}
 	}
-	for _, g := range t.GPUs {
+	for i, g := range t.GPUs {
 		n.GPUs = append(n.GPUs, g.PCI.Address)
 		best := topology.LevelSYS
-		for _, nic := range t.NICs {
+		for j, nic := range t.NICs {
 			if nic.PhysFn == "" {
-				best = min(best, t.PCILevel(g.PCI, nic.PCI))
+				best = min(best, align[i][j])
 			}
 		}
 		n.Best = append(n.Best, best)

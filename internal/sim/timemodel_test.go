@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -196,5 +197,26 @@ func TestVerdictNoClearWinner(t *testing.T) {
 	rep.Finish()
 	if want := "No column finishes the same work sooner than default-scheduler: the best, preferred+proxy, is 3.7% later [+1.7%, +5.8% over the runs]"; !strings.HasPrefix(rep.Verdict, want) {
 		t.Errorf("verdict %q, want %q", rep.Verdict, want)
+	}
+}
+
+// TestDescribeAppliesNCCLRule: the time model and the bound judge a GB200
+// tray by NCCL's rule: every GPU at P2C to its nearest NIC, so aligned,
+// where the nvidia-smi level (SYS) would call none aligned.
+func TestDescribeAppliesNCCLRule(t *testing.T) {
+	topo, err := machines.Load("gb200-tray-4gpu-8nic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := describe("tray", topo)
+	if diff := cmp.Diff([]bool{true, true, true, true}, n.Aligned); diff != "" {
+		t.Errorf("aligned GPUs (-want,+got):\n%s", diff)
+	}
+	want := []topology.Level{topology.LevelP2C, topology.LevelP2C, topology.LevelP2C, topology.LevelP2C}
+	if diff := cmp.Diff(want, n.Best); diff != "" {
+		t.Errorf("best levels (-want,+got):\n%s", diff)
+	}
+	if got := DefaultTimeModel.Runtime(time.Hour, 1, true, topology.LevelP2C); got != time.Hour {
+		t.Errorf("runtime at P2C %v, want the aligned hour", got)
 	}
 }
