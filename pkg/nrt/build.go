@@ -364,6 +364,9 @@ func (b *builder) gpuZones() []v1alpha2.Zone {
 			}
 			z.Costs = append(z.Costs, v1alpha2.CostInfo{Name: NICZoneName(n.Name), Value: CostOf(m.Cells[i][nicRow+j].Level)})
 		}
+		if g.NVLinkDomain != "" {
+			z.Attributes = append(z.Attributes, v1alpha2.AttributeInfo{Name: AttrNVLinkDomain, Value: g.NVLinkDomain})
+		}
 		if v := b.ncclPathValue(i, paths[i]); v != "" {
 			z.Attributes = append(z.Attributes, v1alpha2.AttributeInfo{Name: AttrNCCLPath, Value: v})
 		}

@@ -67,6 +67,9 @@ const (
 	// offered NIC (docs/levels.md, "Aligned: NCCL's rule"):
 	// "mlx5_0=P2C,mlx5_1=P2C,mlx5_2=PHB". Costs keep the nvidia-smi level.
 	AttrNCCLPath = "ncclPath"
+	// AttrNVLinkDomain on GPU zones (schema 2) is the GPU's multi-node
+	// NVLink domain, "<cluster uuid>/<clique>", when NVML knows one.
+	AttrNVLinkDomain = "nvlinkDomain"
 	// AttrRail on NIC zones (schema 2) is the NIC's rail, when known.
 	AttrRail = "rail"
 	// AttrHealth on GPU zones: "ok", or "missing" when the device plugin does

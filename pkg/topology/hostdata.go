@@ -77,6 +77,9 @@ type NVMLGPU struct {
 	MemoryNUMANode int
 	// C2C is set when NVML counts an active C2C link to the CPU.
 	C2C bool
+	// NVLinkDomain is the GPU's multi-node NVLink domain as NVML's fabric
+	// info names it ("<cluster UUID>/<clique>"), "" outside one.
+	NVLinkDomain string
 }
 
 const (
@@ -190,7 +193,7 @@ func (t *Topology) addGPUs(h HostData, byAddr map[string]*PCIRecord, funcs map[s
 			if !ok {
 				return fmt.Errorf("NVML GPU %d (%s) at %s: sysfs has no such PCI device", g.Index, g.UUID, addr)
 			}
-			gpu := GPU{Index: g.Index, UUID: g.UUID, Name: g.Name, PCI: f, CPUAffinity: byAddr[addr].LocalCPUs, MemoryNUMANode: g.MemoryNUMANode}
+			gpu := GPU{Index: g.Index, UUID: g.UUID, Name: g.Name, PCI: f, CPUAffinity: byAddr[addr].LocalCPUs, MemoryNUMANode: g.MemoryNUMANode, NVLinkDomain: g.NVLinkDomain}
 			if g.C2C {
 				gpu.C2C = C2CNVML
 			} else if byAddr[addr].MemoryNUMANode != nil {

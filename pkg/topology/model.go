@@ -108,6 +108,10 @@ type GPU struct {
 	// (Grace): C2CNVML, C2CNUMAStatus or C2CNCCLXML; empty when no source
 	// says so (no C2C, or nothing could tell).
 	C2C string `json:"c2c,omitempty"`
+	// NVLinkDomain is the multi-node NVLink domain the GPU belongs to (a
+	// GB200/GB300 NVL72 rack): NVML's fabric cluster UUID and clique,
+	// "<uuid>/<clique>"; empty outside one or without NVML.
+	NVLinkDomain string `json:"nvlinkDomain,omitempty"`
 }
 
 // Sources of a GPU's C2C link (GPU.C2C).
@@ -241,6 +245,9 @@ func (t *Topology) Validate() error {
 		if err := check(what, g.PCI); err != nil {
 			return err
 		}
+		if len(g.NVLinkDomain) > 64 || !nvlinkDomainRE.MatchString(g.NVLinkDomain) {
+			return fmt.Errorf("%s: NVLink domain %q is not <uuid>/<clique>", what, g.NVLinkDomain)
+		}
 		if !oneOf(g.C2C, C2CNVML, C2CNUMAStatus, C2CNCCLXML) {
 			return fmt.Errorf("%s: C2C source %q, want %s, %s, %s or empty", what, g.C2C, C2CNVML, C2CNUMAStatus, C2CNCCLXML)
 		}
@@ -278,6 +285,8 @@ func (t *Topology) Validate() error {
 }
 
 var uverbsRE = regexp.MustCompile(`^uverbs[0-9]{1,4}$`)
+
+var nvlinkDomainRE = regexp.MustCompile(`^([0-9a-f-]{36}/[0-9]{1,10})?$`)
 
 // oneOf reports whether v is empty (unknown) or one of the values.
 func oneOf(v string, values ...string) bool {

@@ -82,6 +82,7 @@ func (r *Reader) Read() (*topology.NVMLData, error) {
 			g.MemoryNUMANode = numa
 		}
 		g.C2C = c2cLinked(dev)
+		g.NVLinkDomain = nvlinkDomain(dev)
 		byBus[bus] = i
 		data.GPUs = append(data.GPUs, g)
 	}
@@ -110,6 +111,23 @@ func c2cLinked(dev nvml.Device) bool {
 		}
 	}
 	return false
+}
+
+// nvlinkDomain is the GPU's multi-node NVLink domain from NVML's fabric
+// info, as NCCL compares it (transport/p2p, ncclTopoCheckMNNVL): registered
+// with the fabric manager, and a cluster UUID that is not zero. NCCL reads
+// GPUs of one cluster UUID and clique as reachable over NVLink.
+func nvlinkDomain(dev nvml.Device) string {
+	info, ret := dev.GetGpuFabricInfo() //nolint:staticcheck // the v4 call returns cliques NCCL does not read
+	if ret != nvml.SUCCESS || info.State != nvml.GPU_FABRIC_STATE_COMPLETED || nvml.Return(info.Status) != nvml.SUCCESS {
+		return ""
+	}
+	var zero [16]uint8
+	if info.ClusterUuid == zero {
+		return ""
+	}
+	u := info.ClusterUuid
+	return fmt.Sprintf("%x-%x-%x-%x-%x/%d", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16], info.CliqueId)
 }
 
 // nvlinks counts the active NVLinks of every GPU, to peers and to NVSwitches.

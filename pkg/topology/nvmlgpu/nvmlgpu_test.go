@@ -185,3 +185,27 @@ func TestReadC2C(t *testing.T) {
 		})
 	}
 }
+
+// TestReadNVLinkDomain: a GPU registered with a multi-node NVLink fabric
+// (an NVL72 rack) names its cluster and clique; one outside a fabric, or
+// not yet registered, names none.
+func TestReadNVLinkDomain(t *testing.T) {
+	cluster := [16]uint8{0x9f, 0x1c, 0x2a, 0x3b, 0x4c, 0x5d, 0x6e, 0x7f, 0x80, 0x91, 0xa2, 0xb3, 0xc4, 0xd5, 0xe6, 0xf7}
+	srv := dgxh100.New()
+	if err := nvmltest.WithNVSwitches(srv, busIDs(3), 18); err != nil {
+		t.Fatal(err)
+	}
+	nvmltest.SetFabric(srv.Devices[0].(*server.Device), cluster, 7)
+	pending := srv.Devices[2].(*server.Device)
+	pending.GetGpuFabricInfoFunc = func() (nvml.GpuFabricInfo, nvml.Return) {
+		return nvml.GpuFabricInfo{ClusterUuid: cluster, State: nvml.GPU_FABRIC_STATE_IN_PROGRESS, Status: uint32(nvml.SUCCESS)}, nvml.SUCCESS
+	}
+	data, err := nvmlgpu.New(nvmlgpu.WithNVML(srv)).Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []string{data.GPUs[0].NVLinkDomain, data.GPUs[1].NVLinkDomain, data.GPUs[2].NVLinkDomain}
+	if diff := cmp.Diff([]string{"9f1c2a3b-4c5d-6e7f-8091-a2b3c4d5e6f7/7", "", ""}, got); diff != "" {
+		t.Errorf("NVLink domains (-want,+got):\n%s", diff)
+	}
+}

@@ -36,6 +36,7 @@ func WithNVSwitches(s *server.Server, busIDs []string, links int) error {
 		SetBusID(dev, busIDs[i])
 		dev.GetNumaNodeIdFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
 		SetC2CLinks(dev, 0)
+		SetFabric(dev, [16]uint8{}, 0)
 		dev.GetNvLinkStateFunc = func(link int) (nvml.EnableState, nvml.Return) {
 			if link >= links {
 				return nvml.FEATURE_DISABLED, nvml.ERROR_INVALID_ARGUMENT
@@ -70,6 +71,18 @@ func SetC2CLinks(dev *server.Device, links int) {
 			}
 		}
 		return nvml.SUCCESS
+	}
+}
+
+// SetFabric makes the mock device report a multi-node NVLink fabric:
+// registered in cluster with clique; a zero cluster is no fabric (the call
+// not supported, as on GPUs outside NVL72 racks).
+func SetFabric(dev *server.Device, cluster [16]uint8, clique uint32) {
+	dev.GetGpuFabricInfoFunc = func() (nvml.GpuFabricInfo, nvml.Return) {
+		if cluster == ([16]uint8{}) {
+			return nvml.GpuFabricInfo{}, nvml.ERROR_NOT_SUPPORTED
+		}
+		return nvml.GpuFabricInfo{ClusterUuid: cluster, CliqueId: clique, State: nvml.GPU_FABRIC_STATE_COMPLETED, Status: uint32(nvml.SUCCESS)}, nvml.SUCCESS
 	}
 }
 
