@@ -26,6 +26,7 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/exporter"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
 	"github.com/nicaffinity/nicaffinity/pkg/version"
@@ -47,6 +48,8 @@ type options struct {
 	sriovResources []string
 	rdmaPrefixes   []string
 	maxLevel       string
+	railSource     string
+	rails          string
 	nvml           string
 	gomaxprocs     int
 	out            io.Writer
@@ -92,6 +95,8 @@ func commandFor(o *options) *cobra.Command {
 	f.StringSliceVar(&o.sriovResources, "sriov-resources", def.Resources.SRIOV, "SR-IOV device plugin resources (device IDs are VF PCI addresses)")
 	f.StringSliceVar(&o.rdmaPrefixes, "rdma-prefixes", def.RDMAPrefixes, "resource name prefixes of shared RDMA resources")
 	f.StringVar(&o.maxLevel, "max-level", def.MaxLevel.String(), "worst GPU-NIC level that counts as aligned")
+	f.StringVar(&o.railSource, "rail-source", "", "where NIC rails come from besides --rails: subnet (the netdev's IPv4 subnet, /30 or wider; needs hostNetwork), pci-rank (rank by PCI address), or empty: none")
+	f.StringVar(&o.rails, "rails", "", "rails by RDMA device, mlx5_0=0,mlx5_1=1,... (per node pool); wins over --rail-source")
 	f.StringVar(&o.nvml, "nvml", discovery.NVMLAuto, "use NVML: auto, on, off")
 	f.IntVar(&o.gomaxprocs, "gomaxprocs", 2, "cap on OS threads running Go code (0: Go's default)")
 	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
@@ -116,6 +121,17 @@ func (o *options) config() (exporter.Config, error) {
 		return cfg, errors.New("--resync-period, --min-write-interval and --sync-timeout must be positive")
 	}
 	cfg.MaxLevel = l
+	railMap, err := nrt.ParseRailMap(o.rails)
+	if err != nil {
+		return cfg, fmt.Errorf("--rails: %w", err)
+	}
+	cfg.Rails = nrt.Rails{Source: o.railSource, Map: railMap}
+	if cfg.Rails.Source == "" && len(railMap) > 0 {
+		cfg.Rails.Source = nrt.RailFromMap
+	}
+	if err := cfg.Rails.Validate(); err != nil {
+		return cfg, fmt.Errorf("--rail-source: %w", err)
+	}
 	cfg.ResyncPeriod, cfg.MinWriteInterval, cfg.SyncTimeout = o.resync, o.minWrite, o.syncTimeout
 	cfg.Resources.GPU, cfg.Resources.SRIOV, cfg.RDMAPrefixes = o.gpuResource, o.sriovResources, o.rdmaPrefixes
 	cfg.TopologyManagerPolicy, cfg.TopologyManagerScope = kubeletTopologyManager(o.kubeletConfig)

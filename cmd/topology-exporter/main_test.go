@@ -55,6 +55,9 @@ func TestBadFlags(t *testing.T) {
 		"--max-level=near":   "--max-level",
 		"--resync-period=0s": "must be positive",
 		"--node-name=":       "--node-name",
+		"--rails=mlx5_0":     `--rails: rails entry "mlx5_0"`,
+		"--rails=mlx5_0=a b": "--rails",
+		"--rail-source=lldp": `--rail-source: rail source "lldp"`,
 	} {
 		cmd := newCommand()
 		base := []string{"--node-name=n", "--no-publish"}

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -56,6 +58,13 @@ type Config struct {
 	// apply and the pod patches. A sync that runs past it fails and is
 	// retried; a hung driver or apiserver never holds the loop.
 	SyncTimeout time.Duration
+	// Rails says where NIC zones' rails come from (docs/nrt-schema.md);
+	// the zero value publishes none.
+	Rails nrt.Rails
+	// InterfaceAddrs reads a netdev's addresses for rails by subnet; nil
+	// reads the host's (the exporter then needs the host's network
+	// namespace).
+	InterfaceAddrs func(netdev string) ([]netip.Prefix, error)
 }
 
 // unhealthyAfter is how many resync periods without a successful sync make
@@ -248,6 +257,7 @@ func (e *Exporter) build(ctx context.Context) (*v1alpha2.NodeResourceTopology, [
 	obj, problems := nrt.Build(nrt.Input{
 		Node: e.cfg.NodeName, Topology: topo, Snapshot: snap, Claimed: cl.all, DRAPublished: cl.published, Resources: e.cfg.Resources,
 		TopologyManagerPolicy: e.cfg.TopologyManagerPolicy, TopologyManagerScope: e.cfg.TopologyManagerScope,
+		Rails: e.rails(topo),
 	})
 	for _, p := range cl.problems {
 		problems = append(problems, nrt.Problem{Device: "ResourceSlices", Reason: p})
@@ -562,4 +572,55 @@ func (e *Exporter) verifyPods(ctx context.Context, snap devices.Snapshot, cl cla
 			e.emit(ref, corev1.EventTypeWarning, "Misaligned", verdict.Message())
 		}
 	}
+}
+
+// rails is the rail configuration with, for rails by subnet, each NIC's
+// first IPv4 prefix of its netdevs read now (addresses change with the
+// network's configuration, not the PCIe tree).
+func (e *Exporter) rails(topo *topology.Topology) nrt.Rails {
+	r := e.cfg.Rails
+	if r.Source != nrt.RailFromSubnet {
+		return r
+	}
+	addrs := e.cfg.InterfaceAddrs
+	if addrs == nil {
+		addrs = hostAddrs
+	}
+	r.Subnets = map[string]string{}
+	for _, n := range topo.NICs {
+		for _, dev := range n.Netdevs {
+			ps, err := addrs(dev)
+			if err != nil {
+				continue // no such netdev here: no rail, nothing guessed
+			}
+			if i := slices.IndexFunc(ps, func(p netip.Prefix) bool { return p.Addr().Is4() }); i >= 0 {
+				r.Subnets[n.Name] = ps[i].String()
+				break
+			}
+		}
+	}
+	return r
+}
+
+// hostAddrs reads a netdev's addresses from the network namespace the
+// exporter runs in.
+func hostAddrs(netdev string) ([]netip.Prefix, error) {
+	ifc, err := net.InterfaceByName(netdev)
+	if err != nil {
+		return nil, err
+	}
+	as, err := ifc.Addrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Prefix
+	for _, a := range as {
+		if ipn, ok := a.(*net.IPNet); ok {
+			if addr, ok := netip.AddrFromSlice(ipn.IP); ok {
+				ones, _ := ipn.Mask.Size()
+				out = append(out, netip.PrefixFrom(addr.Unmap(), ones))
+			}
+		}
+	}
+	return out, nil
 }

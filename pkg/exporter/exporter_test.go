@@ -3,12 +3,14 @@ package exporter
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -348,4 +350,37 @@ func allGPUs(topo *topology.Topology) []devices.Device {
 		out = append(out, gpu(topo, i))
 	}
 	return out
+}
+
+// TestBuildRailsBySubnet: rails by subnet read each NIC's netdev at the
+// edge; a NIC whose netdev is not there, or has only a /31, gets none.
+func TestBuildRailsBySubnet(t *testing.T) {
+	disc, _ := h20(t)
+	_, src := startKubelet(t, nil)
+	cfg := DefaultConfig("n1")
+	cfg.Rails = nrt.Rails{Source: nrt.RailFromSubnet}
+	cfg.InterfaceAddrs = func(netdev string) ([]netip.Prefix, error) {
+		switch netdev {
+		case "net-mlx5_0":
+			return []netip.Prefix{netip.MustParsePrefix("fe80::1/64"), netip.MustParsePrefix("10.0.0.5/24")}, nil
+		case "net-mlx5_1":
+			return []netip.Prefix{netip.MustParsePrefix("10.0.1.4/31")}, nil
+		}
+		return nil, errors.New("no such network interface")
+	}
+	obj, _, _, err := New(cfg, disc, src, newFakeKube(), &memoryPublisher{}, nil).Build(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, z := range obj.Zones {
+		for _, a := range z.Attributes {
+			if a.Name == nrt.AttrRail {
+				got[z.Name] = a.Value
+			}
+		}
+	}
+	if diff := cmp.Diff(map[string]string{"nic-mlx5_0": "10.0.0.0/24"}, got); diff != "" {
+		t.Errorf("rails (-want,+got):\n%s", diff)
+	}
 }

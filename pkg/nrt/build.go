@@ -34,6 +34,8 @@ type Input struct {
 	// TopologyManagerPolicy and Scope as the kubelet is configured ("none", "container" when unknown).
 	TopologyManagerPolicy string
 	TopologyManagerScope  string
+	// Rails says where NIC zones' rails come from (none by default).
+	Rails Rails
 }
 
 // Problem is something about the node a human should hear of: a GPU the
@@ -399,6 +401,7 @@ func (b *builder) gpuZones() []v1alpha2.Zone {
 func (b *builder) nicZones() []v1alpha2.Zone {
 	t := b.t
 	var out []v1alpha2.Zone
+	rails := assignRails(t, b.in.Rails)
 	// NIC zones for RDMA PFs (a VF's RDMA device is one of its PF's VFs).
 	for j, n := range t.NICs {
 		if n.PhysFn != "" {
@@ -429,6 +432,9 @@ func (b *builder) nicZones() []v1alpha2.Zone {
 			if why := topology.PortBlock(n.Name, p); why != "" && b.nicUp[j] {
 				b.problems = append(b.problems, Problem{Device: "RDMA device " + n.Name, Reason: "GPUDirect RDMA cannot use it: " + why})
 			}
+		}
+		if r, ok := rails[j]; ok {
+			z.Attributes = append(z.Attributes, v1alpha2.AttributeInfo{Name: AttrRail, Value: r.rail}, v1alpha2.AttributeInfo{Name: AttrRailSource, Value: r.source})
 		}
 		for _, res := range slices.Sorted(maps.Keys(b.pfPools[j])) {
 			p := b.pfPools[j][res]

@@ -136,6 +136,8 @@ type CompiledNIC struct {
 	VFs map[string]int64
 	// Block is why GPUDirect RDMA cannot use this NIC ("" when it can).
 	Block string
+	// Rail is the NIC's rail ("" unknown) and RailSource where it came from.
+	Rail, RailSource string
 }
 
 // NumLevels is len(topology.Levels), the levels decisions index.
@@ -257,6 +259,13 @@ func (c *Compiled) compileNICs(obj *v1alpha2.NodeResourceTopology, zones map[str
 		nic := CompiledNIC{Zone: z.Name, Name: strings.TrimPrefix(z.Name, PrefixNIC), Switch: z.Parent}
 		port, _ := strconv.Atoi(attrValue(z.Attributes, AttrPort))
 		nic.Block = topology.PortBlock(nic.Name, topology.Port{Number: port, LinkLayer: attrValue(z.Attributes, AttrLinkLayer), RoCEv2: attrValue(z.Attributes, AttrRoCEv2)})
+		if rail := attrValue(z.Attributes, AttrRail); rail != "" {
+			src := attrValue(z.Attributes, AttrRailSource)
+			if !ValidRail(rail) || !slices.Contains([]string{RailFromMap, RailFromSubnet, RailFromPCIRank}, src) {
+				return nil, fmt.Errorf("NIC zone %s: rail %q from %q is not a rail from %s, %s or %s", z.Name, truncate(rail, 64), truncate(src, 64), RailFromMap, RailFromSubnet, RailFromPCIRank)
+			}
+			nic.Rail, nic.RailSource = rail, src
+		}
 		for _, r := range z.Resources {
 			avail, err := count(z.Name, r)
 			if err != nil {

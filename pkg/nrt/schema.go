@@ -70,8 +70,11 @@ const (
 	// AttrNVLinkDomain on GPU zones (schema 2) is the GPU's multi-node
 	// NVLink domain, "<cluster uuid>/<clique>", when NVML knows one.
 	AttrNVLinkDomain = "nvlinkDomain"
-	// AttrRail on NIC zones (schema 2) is the NIC's rail, when known.
-	AttrRail = "rail"
+	// AttrRail on NIC zones (schema 2) is the NIC's rail, when known, and
+	// AttrRailSource where it came from (RailFromMap, RailFromSubnet,
+	// RailFromPCIRank).
+	AttrRail       = "rail"
+	AttrRailSource = "railSource"
 	// AttrHealth on GPU zones: "ok", or "missing" when the device plugin does
 	// not offer the GPU (fallen off the bus, Xid, unhealthy).
 	AttrHealth = "health"
