@@ -126,6 +126,7 @@ func Cluster(s ClusterState, o ClusterOptions) Report {
 		for _, n := range s.Nodes {
 			nodeObject(b, n.Name, s, o)
 		}
+		railsCheck(b, s)
 	}
 	if b.startLayer(LayerScheduler) {
 		l := s.Lease
