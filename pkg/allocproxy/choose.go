@@ -50,6 +50,9 @@ type Candidate struct {
 	Plan    annotations.Allocation
 	// Requests is the pod's request per resource, from its spec.
 	Requests map[string]int64
+	// SetsIBHCA is whether a container of the pod sets NCCL_IB_HCA itself
+	// (env, literal or not): the proxy then sets none.
+	SetsIBHCA bool
 }
 
 // Key is namespace/name.

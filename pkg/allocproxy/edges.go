@@ -60,7 +60,23 @@ func CandidateOf(node string, pod *corev1.Pod) (Candidate, bool) {
 	}
 	// Resource versions are etcd revisions: comparable where they parse.
 	order, _ := strconv.ParseUint(pod.ResourceVersion, 10, 64)
-	return Candidate{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Order: order, Created: pod.CreationTimestamp.Time, Plan: plan, Requests: reqs}, true
+	return Candidate{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Order: order, Created: pod.CreationTimestamp.Time, Plan: plan, Requests: reqs,
+		SetsIBHCA: setsEnv(pod, EnvIBHCA)}, true
+}
+
+// setsEnv reports whether a container of the pod names env var name in its
+// env list.
+func setsEnv(pod *corev1.Pod, name string) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			for _, e := range c.Env {
+				if e.Name == name {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // PodResourcesHeld reads which pods hold devices from the kubelet's

@@ -94,3 +94,31 @@ func TestValidRegistration(t *testing.T) {
 		})
 	}
 }
+
+// TestCandidateSetsIBHCA: a pod whose container (init containers too) sets
+// NCCL_IB_HCA, literally or from a reference, is one the proxy leaves alone.
+func TestCandidateSetsIBHCA(t *testing.T) {
+	plan := annotations.Marshal(annotations.Allocation{Node: "n", GPUs: []string{"0000:15:00.0"}})
+	for _, tc := range []struct {
+		name string
+		spec corev1.PodSpec
+		want bool
+	}{
+		{"no env", corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}, false},
+		{"other env", corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Env: []corev1.EnvVar{{Name: "NCCL_DEBUG", Value: "INFO"}}}}}, false},
+		{"literal", corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Env: []corev1.EnvVar{{Name: EnvIBHCA, Value: "mlx5_0"}}}}}, true},
+		{"from a ConfigMap key", corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Env: []corev1.EnvVar{{Name: EnvIBHCA,
+			ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{Key: "hca"}}}}}}}, true},
+		{"an init container", corev1.PodSpec{InitContainers: []corev1.Container{{Name: "i", Env: []corev1.EnvVar{{Name: EnvIBHCA, Value: "=mlx5_1"}}}},
+			Containers: []corev1.Container{{Name: "c"}}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.spec.NodeName = "n"
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "p", Annotations: map[string]string{annotations.AllocationKey: plan}}, Spec: tc.spec}
+			c, ok := CandidateOf("n", p)
+			if !ok || c.SetsIBHCA != tc.want {
+				t.Errorf("candidate %v, SetsIBHCA %v; want %v", ok, c.SetsIBHCA, tc.want)
+			}
+		})
+	}
+}

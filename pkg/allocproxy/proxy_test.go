@@ -52,11 +52,12 @@ type testKubelet struct {
 	devices   map[string][]string
 	allocated map[string]map[string]string // resource -> device -> pod
 	holding   map[string]map[string]bool   // pod -> resources
+	envs      map[string]map[string]string // pod/resource -> the Allocate response's env
 }
 
 func startKubelet(t *testing.T, dir string) *testKubelet {
 	k := &testKubelet{t: t, dir: dir, plugins: map[string]kubeletplugin.DevicePlugin{}, devices: map[string][]string{},
-		allocated: map[string]map[string]string{}, holding: map[string]map[string]bool{}}
+		allocated: map[string]map[string]string{}, holding: map[string]map[string]bool{}, envs: map[string]map[string]string{}}
 	k.start()
 	return k
 }
@@ -194,11 +195,15 @@ func (k *testKubelet) preferred(resource string, size int) []string {
 func (k *testKubelet) allocate(pod, resource string, ids []string) {
 	k.t.Helper()
 	p := k.plugin(resource)
-	if _, err := p.API().Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
+	resp, err := p.API().Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
+	if err != nil {
 		k.t.Fatalf("Allocate %v for %s: %v", ids, pod, err)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if len(resp.GetContainerResponses()) == 1 {
+		k.envs[pod+"/"+resource] = resp.ContainerResponses[0].Envs
+	}
 	if k.allocated[resource] == nil {
 		k.allocated[resource] = map[string]string{}
 	}
@@ -400,8 +405,12 @@ func startEnv(t *testing.T) *env {
 			e.vfIDs = append(e.vfIDs, id)
 		}
 	}
-	e.cfg = Config{KubeletDir: kubeletDir, VendorDir: vendorDir, Kinds: map[string]Kind{gpuRes: KindGPU, vfRes: KindVF}, VFPF: vfPF,
-		Timeout: 500 * time.Millisecond, Poll: 20 * time.Millisecond}
+	vfRDMA := map[string]string{}
+	for _, id := range e.vfIDs {
+		vfRDMA[id] = "mlx5_vf" + strings.NewReplacer(":", "", ".", "").Replace(id)
+	}
+	e.cfg = Config{KubeletDir: kubeletDir, VendorDir: vendorDir, Kinds: map[string]Kind{gpuRes: KindGPU, vfRes: KindVF}, VFPF: vfPF, VFRDMA: vfRDMA,
+		Ports: map[string]int{"mlx5_3": 2}, Timeout: 500 * time.Millisecond, Poll: 20 * time.Millisecond}
 	e.startProxy()
 	var gpuIDs []string
 	for i := range topo.GPUs {
@@ -610,5 +619,52 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		return cond(), nil
 	}); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// TestProxySetsIBHCA: a pod admitted on its plan gets NCCL_IB_HCA in
+// NCCL's exact-match form naming its planned NICs with their ports; a VF
+// pod gets it on the VF resource, naming the RDMA devices of the VFs it
+// got; a pod that sets its own, and a pod without a plan, get none.
+func TestProxySetsIBHCA(t *testing.T) {
+	e := startEnv(t)
+	e.kubelet.plugin(gpuRes)
+	env := func(pod, res string) string {
+		e.kubelet.mu.Lock()
+		defer e.kubelet.mu.Unlock()
+		return e.kubelet.envs[pod+"/"+res][EnvIBHCA]
+	}
+	e.plan("a", 1, []int{2, 3}, 0)
+	e.kubelet.admit("ml/a", gpuRes, 2)
+	if got := env("ml/a", gpuRes); got != "=mlx5_2:1,mlx5_3:2" {
+		t.Errorf("pod a: NCCL_IB_HCA %q, want =mlx5_2:1,mlx5_3:2", got)
+	}
+	e.plan("own", 2, []int{1}, 0)
+	e.plans.mu.Lock()
+	e.plans.cands[len(e.plans.cands)-1].SetsIBHCA = true
+	e.plans.mu.Unlock()
+	e.kubelet.admit("ml/own", gpuRes, 1)
+	if got := env("ml/own", gpuRes); got != "" {
+		t.Errorf("a pod that sets its own NCCL_IB_HCA got %q from the proxy", got)
+	}
+	e.kubelet.admit("ml/unplanned", gpuRes, 1)
+	if got := env("ml/unplanned", gpuRes); got != "" {
+		t.Errorf("a pod without a plan got NCCL_IB_HCA %q", got)
+	}
+	e.plan("vf", 4, []int{5}, 2)
+	e.kubelet.admit("ml/vf", gpuRes, 1)
+	if got := env("ml/vf", gpuRes); got != "" {
+		t.Errorf("a VF pod got NCCL_IB_HCA %q on the GPU resource", got)
+	}
+	e.kubelet.admit("ml/vf", vfRes, 2)
+	if got := env("ml/vf", vfRes); got != "=mlx5_vf0000f5002:1,mlx5_vf0000f5003:1" {
+		t.Errorf("pod vf: NCCL_IB_HCA %q on the VF resource, want its VFs' RDMA devices", got)
+	}
+	// The vendor's own env is kept.
+	e.plans.mu.Lock()
+	e.plans.cands = nil
+	e.plans.mu.Unlock()
+	if got := e.kubelet.envs["ml/a/"+gpuRes]["NVIDIA_VISIBLE_DEVICES"]; got != "GPU-2,GPU-3" {
+		t.Errorf("the vendor's NVIDIA_VISIBLE_DEVICES became %q", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,7 +63,17 @@ type Config struct {
 	MaxFronts int
 	// NodeName names the Node that refusals are reported on.
 	NodeName string
+	// Ports are the RDMA port of each RDMA device to name in NCCL_IB_HCA
+	// (1 where absent), and VFRDMA each VF's own RDMA device by its PCI
+	// address (its sysfs infiniband/ entry).
+	Ports  map[string]int
+	VFRDMA map[string]string
 }
+
+// EnvIBHCA is NCCL's variable naming the RDMA devices it may use. The proxy
+// sets it in the exact-match form, "=mlx5_0:1,mlx5_3:1": without the "=",
+// NCCL reads each name as a prefix, and mlx5_1 also matches mlx5_10.
+const EnvIBHCA = "NCCL_IB_HCA"
 
 // Plans lists the pods of this node that carry a plan (the informer edge).
 type Plans interface {
@@ -120,7 +131,16 @@ type Proxy struct {
 	mu      sync.Mutex
 	fronts  map[string]*front
 	claimed map[string]time.Time // namespace/name/resource -> when its plan was handed out
-	now     func() time.Time
+	// handed are the plans handed to the kubelet, by resource and sorted
+	// device IDs, so that Allocate knows whose plan it allocates.
+	handed map[string]handout
+	now    func() time.Time
+}
+
+// handout is a plan handed to the kubelet for one resource.
+type handout struct {
+	pod Candidate
+	at  time.Time
 }
 
 // New builds a proxy; recorder may be nil (no Events).
@@ -144,7 +164,7 @@ func New(cfg Config, plans Plans, held Held, recorder record.EventRecorder, m *M
 		m = NewMetrics()
 	}
 	return &Proxy{cfg: cfg, plans: plans, held: held, recorder: recorder, metrics: m,
-		fronts: map[string]*front{}, claimed: map[string]time.Time{}, now: time.Now}
+		fronts: map[string]*front{}, claimed: map[string]time.Time{}, handed: map[string]handout{}, now: time.Now}
 }
 
 // Metrics returns the proxy's metrics.
@@ -474,7 +494,104 @@ func (s *frontServer) ListAndWatch(e *pluginapi.Empty, stream grpc.ServerStreami
 func (s *frontServer) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.f.p.cfg.CallTimeout)
 	defer cancel()
-	return s.f.vendor.Allocate(ctx, req)
+	resp, err := s.f.vendor.Allocate(ctx, req)
+	if err != nil || !s.f.fronted {
+		return resp, err
+	}
+	s.f.p.setIBHCA(s.f, req, resp)
+	return resp, nil
+}
+
+// setIBHCA adds NCCL_IB_HCA to each container response whose devices are a
+// plan the proxy handed out: the plan's NICs for a PF plan (on the GPU
+// resource), the allocated VFs' own RDMA devices for a VF plan (on the VF
+// resource). Where the vendor set one, the pod sets its own, or the
+// kubelet allocated other devices than the plan's, it sets none.
+func (p *Proxy) setIBHCA(f *front, req *pluginapi.AllocateRequest, resp *pluginapi.AllocateResponse) {
+	for i, cr := range req.GetContainerRequests() {
+		if i >= len(resp.GetContainerResponses()) || resp.ContainerResponses[i] == nil {
+			break
+		}
+		out := resp.ContainerResponses[i]
+		if _, set := out.Envs[EnvIBHCA]; set {
+			continue
+		}
+		h, ok := p.handoutOf(f.resource, cr.GetDevicesIds())
+		if !ok || h.pod.SetsIBHCA {
+			continue
+		}
+		var hcas []string
+		switch f.kind {
+		case KindGPU:
+			if p.hasVFPlan(h.pod) {
+				continue // the VF resource's Allocate names the pod's NICs
+			}
+			for _, nic := range h.pod.Plan.NICs {
+				hcas = append(hcas, p.hca(nic))
+			}
+		case KindVF:
+			for _, vf := range cr.GetDevicesIds() {
+				name, ok := p.cfg.VFRDMA[vf]
+				if !ok {
+					hcas = nil // a VF without an RDMA device of its own: say nothing
+					break
+				}
+				hcas = append(hcas, p.hca(name))
+			}
+		}
+		if len(hcas) == 0 {
+			continue
+		}
+		if out.Envs == nil {
+			out.Envs = map[string]string{}
+		}
+		out.Envs[EnvIBHCA] = "=" + strings.Join(hcas, ",")
+		klog.V(2).InfoS("NCCL_IB_HCA from the plan", "pod", h.pod.Key(), "resource", f.resource, "value", out.Envs[EnvIBHCA])
+	}
+}
+
+// hca is an RDMA device with its port, as NCCL_IB_HCA names it.
+func (p *Proxy) hca(name string) string {
+	port := p.cfg.Ports[name]
+	if port <= 0 {
+		port = 1
+	}
+	return fmt.Sprintf("%s:%d", name, port)
+}
+
+// hasVFPlan reports whether the pod asks for a VF resource the proxy fronts.
+func (p *Proxy) hasVFPlan(c Candidate) bool {
+	for res, n := range c.Requests {
+		if n > 0 && p.cfg.Kinds[res] == KindVF {
+			return true
+		}
+	}
+	return false
+}
+
+func handoutKey(resource string, ids []string) string {
+	return resource + "\x00" + strings.Join(slices.Sorted(slices.Values(ids)), "\x00")
+}
+
+// recordHandout remembers whose plan the devices ids of resource are.
+func (p *Proxy) recordHandout(resource string, ids []string, pod Candidate) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	for k, h := range p.handed {
+		if now.Sub(h.at) > p.cfg.ClaimTTL {
+			delete(p.handed, k)
+		}
+	}
+	p.handed[handoutKey(resource, ids)] = handout{pod: pod, at: now}
+}
+
+// handoutOf is the plan handed out for exactly these devices, if any.
+func (p *Proxy) handoutOf(resource string, ids []string) (handout, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h, ok := p.handed[handoutKey(resource, ids)]
+	return h, ok && p.now().Sub(h.at) <= p.cfg.ClaimTTL
 }
 
 func (s *frontServer) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
@@ -502,6 +619,7 @@ func (p *Proxy) preferred(ctx context.Context, f *front, cr *pluginapi.Container
 		ch := Choose(req, p.candidates(ctx, f.resource), p.cfg.VFPF)
 		if ch.IDs != nil {
 			p.claim(ch.Pod.Key() + "/" + f.resource)
+			p.recordHandout(f.resource, ch.IDs, *ch.Pod)
 			p.metrics.Preferred.WithLabelValues(f.resource, "plan").Inc()
 			klog.V(2).InfoS("Preferred allocation from the plan", "pod", ch.Pod.Key(), "resource", f.resource, "devices", ch.IDs)
 			return ch.IDs
