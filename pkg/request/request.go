@@ -11,6 +11,7 @@
 package request
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,14 +38,54 @@ type Config struct {
 	// nicaffinity.io/max-level or nicaffinity.io/policy.
 	MaxLevel topology.Level
 	Required bool
+	// JobLabels name a pod's job, in order, when it names no PodGroup
+	// (DefaultJobLabels).
+	JobLabels []string
 }
+
+// Job labels of the training operators: a pod carrying one belongs to the
+// job it names. JobSet's names the JobSet; the replicated job's name
+// (JobSetReplicatedJobLabel) is added to it.
+const (
+	JobSetLabel              = "jobset.sigs.k8s.io/jobset-name"
+	JobSetReplicatedJobLabel = "jobset.sigs.k8s.io/replicatedjob-name"
+)
+
+// DefaultJobLabels are the plugin's default jobLabels: JobSet, Kubeflow
+// training jobs, indexed Jobs, Volcano and coscheduling.
+var DefaultJobLabels = []string{JobSetLabel, "training.kubeflow.org/job-name", "batch.kubernetes.io/job-name", "volcano.sh/job-name", "scheduling.x-k8s.io/pod-group"}
+
+// Job is the job a pod belongs to. Jobs are keyed by namespace: a pod can
+// never join another namespace's job.
+type Job struct {
+	Namespace string
+	// Name is "" for a job of one (a pod naming no job).
+	Name string
+	// Source is JobFromPodGroup, or the label the name came from.
+	Source string
+}
+
+// JobFromPodGroup: the pod's spec.schedulingGroup.podGroupName.
+const JobFromPodGroup = "podGroup"
+
+// Key is namespace/name, "" for a job of one.
+func (j Job) Key() string {
+	if j.Name == "" {
+		return ""
+	}
+	return j.Namespace + "/" + j.Name
+}
+
+// maxJobName bounds a job's name: a PodGroup name (DNS subdomain), or a
+// JobSet name and its replicated job's, each a label value.
+const maxJobName = 253 + 1 + 63
 
 // Default is the Config of the plugin's default args: nvidia.com/gpu,
 // rdma/, the SR-IOV resources of the manifests, P2C (where NCCL's defaults
 // use GPUDirect RDMA), required.
 func Default(sriov []string) Config {
 	return Config{GPUResource: "nvidia.com/gpu", RDMAPrefixes: []string{"rdma/"}, SRIOVResources: sriov,
-		MaxLevel: topology.LevelP2C, Required: true}
+		MaxLevel: topology.LevelP2C, Required: true, JobLabels: DefaultJobLabels}
 }
 
 // VF is a request for VFs of one SR-IOV resource.
@@ -61,6 +102,8 @@ type Request struct {
 	VFs      []VF
 	MaxLevel topology.Level
 	Required bool
+	// Job is the pod's job (a job of one when it names none).
+	Job Job
 	// NCCL is the NCCL environment that set MaxLevel, as the pod spells it
 	// ("NCCL_NET_GDR_LEVEL=PHB"); empty when none did.
 	NCCL string
@@ -106,6 +149,9 @@ func Read(pod *v1.Pod, c Config) (r Request, ok bool, err error) {
 			return Request{}, false, err
 		}
 		r.MaxLevel = l
+	}
+	if r.Job, err = JobOf(pod, c.JobLabels); err != nil {
+		return Request{}, false, err
 	}
 	if l, src, ok := NCCLLevel(pod); ok {
 		r.MaxLevel, r.NCCL = l, src
@@ -200,4 +246,33 @@ func parseNCCLParam(s string) (off, ok bool) {
 		return false, false
 	}
 	return v == 0, true
+}
+
+// JobOf is the job a pod belongs to: its PodGroup, else the first of
+// labels it carries, else a job of one. A name that no apiserver would
+// have admitted (too long, control characters) is an error naming where it
+// came from.
+func JobOf(pod *v1.Pod, labels []string) (Job, error) {
+	j := Job{Namespace: pod.Namespace}
+	if g := pod.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil && *g.PodGroupName != "" {
+		j.Name, j.Source = *g.PodGroupName, JobFromPodGroup
+	} else {
+		for _, l := range labels {
+			if v := pod.Labels[l]; v != "" {
+				j.Name, j.Source = v, l
+				if l == JobSetLabel && pod.Labels[JobSetReplicatedJobLabel] != "" {
+					j.Name += "/" + pod.Labels[JobSetReplicatedJobLabel]
+				}
+				break
+			}
+		}
+	}
+	if len(j.Name) > maxJobName || strings.ContainsFunc(j.Name, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		where := "spec.schedulingGroup.podGroupName"
+		if j.Source != JobFromPodGroup {
+			where = "label " + j.Source
+		}
+		return Job{}, fmt.Errorf("%s: %.64q is not a job name (at most %d bytes, no control characters)", where, j.Name, maxJobName)
+	}
+	return j, nil
 }

@@ -136,3 +136,57 @@ func TestReadNCCLEnv(t *testing.T) {
 		})
 	}
 }
+
+// TestJobOf: a pod's job is its PodGroup, else the first job label it
+// carries (JobSet's with its replicated job), keyed by namespace; a name
+// no apiserver would admit is refused, naming where it came from.
+func TestJobOf(t *testing.T) {
+	mk := func(ns string, labels map[string]string, group string) *v1.Pod {
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p", Labels: labels}}
+		if group != "" {
+			p.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: &group}
+		}
+		return p
+	}
+	tests := []struct {
+		name    string
+		pod     *v1.Pod
+		want    Job
+		wantErr string
+	}{
+		{"a job of one", mk("a", nil, ""), Job{Namespace: "a"}, ""},
+		{"a PodGroup", mk("a", map[string]string{"batch.kubernetes.io/job-name": "x"}, "train"), Job{"a", "train", JobFromPodGroup}, ""},
+		{"JobSet with its replicated job", mk("a", map[string]string{JobSetLabel: "js", JobSetReplicatedJobLabel: "workers"}, ""),
+			Job{"a", "js/workers", JobSetLabel}, ""},
+		{"Kubeflow", mk("b", map[string]string{"training.kubeflow.org/job-name": "pt"}, ""), Job{"b", "pt", "training.kubeflow.org/job-name"}, ""},
+		{"indexed Job", mk("b", map[string]string{"batch.kubernetes.io/job-name": "j"}, ""), Job{"b", "j", "batch.kubernetes.io/job-name"}, ""},
+		{"the first label wins", mk("b", map[string]string{"volcano.sh/job-name": "v", "training.kubeflow.org/job-name": "pt"}, ""),
+			Job{"b", "pt", "training.kubeflow.org/job-name"}, ""},
+		{"a label not configured", mk("b", map[string]string{"example.com/job": "e"}, ""), Job{Namespace: "b"}, ""},
+		{"a control character", mk("b", map[string]string{"volcano.sh/job-name": "v\n"}, ""), Job{}, "label volcano.sh/job-name"},
+		{"a PodGroup name past the cap", mk("b", nil, strings.Repeat("g", 400)), Job{}, "spec.schedulingGroup.podGroupName"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := JobOf(tc.pod, DefaultJobLabels)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("error %v, want one naming %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("job (-want,+got):\n%s", diff)
+			}
+		})
+	}
+	// The same name in two namespaces is two jobs.
+	a, _ := JobOf(mk("a", map[string]string{"volcano.sh/job-name": "v"}, ""), DefaultJobLabels)
+	b, _ := JobOf(mk("b", map[string]string{"volcano.sh/job-name": "v"}, ""), DefaultJobLabels)
+	if a.Key() == b.Key() {
+		t.Errorf("jobs of two namespaces share the key %q", a.Key())
+	}
+}

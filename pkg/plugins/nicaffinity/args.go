@@ -2,11 +2,13 @@ package nicaffinity
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 
@@ -56,7 +58,15 @@ type Args struct {
 	// ScoringStrategy weighs the level, the certainty that the device plugin
 	// hands out aligned GPUs, and packing.
 	ScoringStrategy ScoringStrategy `json:"scoringStrategy,omitempty"`
+	// JobLabels name a pod's job, in order, when it names no PodGroup
+	// (spec.schedulingGroup.podGroupName). Default: JobSet, Kubeflow
+	// training, indexed Job, Volcano and coscheduling labels
+	// (request.DefaultJobLabels). Jobs are keyed by namespace.
+	JobLabels []string `json:"jobLabels,omitempty"`
 }
+
+// maxJobLabels bounds jobLabels: each is looked up for every pod.
+const maxJobLabels = 16
 
 // ScoringStrategy picks how nodes are scored.
 type ScoringStrategy struct {
@@ -114,6 +124,9 @@ func (a *Args) SetDefaults() {
 	if a.ScoringStrategy.Type == "" {
 		a.ScoringStrategy.Type = StrategyBalanced
 	}
+	if a.JobLabels == nil {
+		a.JobLabels = slices.Clone(podreq.DefaultJobLabels)
+	}
 	if a.ScoringStrategy.LevelWeight == 0 && a.ScoringStrategy.CertaintyWeight == 0 && a.ScoringStrategy.PackingWeight == 0 {
 		a.ScoringStrategy.LevelWeight, a.ScoringStrategy.CertaintyWeight, a.ScoringStrategy.PackingWeight = 3, 2, 1
 	}
@@ -125,6 +138,14 @@ func (a *Args) Validate() field.ErrorList {
 	root := field.NewPath("args")
 	if strings.TrimSpace(a.GPUResourceName) == "" {
 		errs = append(errs, field.Required(root.Child("gpuResourceName"), "the GPU resource name"))
+	}
+	if len(a.JobLabels) > maxJobLabels {
+		errs = append(errs, field.TooMany(root.Child("jobLabels"), len(a.JobLabels), maxJobLabels))
+	}
+	for i, l := range a.JobLabels {
+		for _, msg := range validation.IsQualifiedName(l) {
+			errs = append(errs, field.Invalid(root.Child("jobLabels").Index(i), l, msg))
+		}
 	}
 	for i, p := range a.RDMAResourcePrefixes {
 		if strings.TrimSpace(p) == "" {
@@ -214,7 +235,7 @@ func ParseArgs(obj runtime.Object) (*Args, error) { return decodeArgs(obj) }
 // pods: kubectl and doctor read them the same way.
 func (a *Args) RequestConfig() podreq.Config {
 	return podreq.Config{GPUResource: a.GPUResourceName, RDMAPrefixes: a.RDMAResourcePrefixes, SRIOVResources: a.SRIOVResourceNames,
-		MaxLevel: a.maxLevel(), Required: a.DefaultPolicy == annotations.PolicyRequired}
+		MaxLevel: a.maxLevel(), Required: a.DefaultPolicy == annotations.PolicyRequired, JobLabels: a.JobLabels}
 }
 
 // storeConfig is what the plugin's cache is made with, from these

@@ -95,3 +95,11 @@ const testProfile = "test-profile"
 // observe feeds the cache an object as its informer edge would (without
 // pods: nothing is confirmed).
 func (c *Cache) observe(o *v1alpha2.NodeResourceTopology) { (&informerFeed{c: c}).observe(o) }
+
+// withEnv sets env vars (name, value, ...) on the pod's first container.
+func withEnv(p *v1.Pod, kv ...string) *v1.Pod {
+	for i := 0; i+1 < len(kv); i += 2 {
+		p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, v1.EnvVar{Name: kv[i], Value: kv[i+1]})
+	}
+	return p
+}

@@ -37,13 +37,6 @@ func schema1(obj *v1alpha2.NodeResourceTopology) *v1alpha2.NodeResourceTopology 
 	return obj
 }
 
-func withEnv(p *v1.Pod, kv ...string) *v1.Pod {
-	for i := 0; i+1 < len(kv); i += 2 {
-		p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, v1.EnvVar{Name: kv[i], Value: kv[i+1]})
-	}
-	return p
-}
-
 // TestFilterNCCLRule: "aligned" is NCCL's rule. On a GB200 tray every GPU
 // reaches its Grace's fast NICs at P2C, which the default accepts; a pod
 // that turns NCCL's C2C rule off, or asks for PXB, is kept off them and

@@ -342,6 +342,8 @@ func TestArgs(t *testing.T) {
 		{func(a *Args) { a.SRIOVResourceNames = []string{"sriov_highnet"} }, "args.sriovResourceNames[0]"},
 		{func(a *Args) { a.GPUResourceName = " " }, "args.gpuResourceName"},
 		{func(a *Args) { a.TopologyMaxAge = &metav1.Duration{Duration: -time.Second} }, "args.topologyMaxAge"},
+		{func(a *Args) { a.JobLabels = []string{"job name"} }, "args.jobLabels[0]"},
+		{func(a *Args) { a.JobLabels = make([]string, 17) }, "args.jobLabels"},
 	}
 	for _, tc := range bad {
 		a := &Args{}

@@ -41,7 +41,7 @@ func (pl *NICAffinity) podRequest(pod *v1.Pod) (*request, bool, error) {
 	if err != nil || !ok {
 		return nil, false, err
 	}
-	req := &request{gpus: r.GPUs, rdma: r.RDMA, maxLevel: r.MaxLevel, required: r.Required, nccl: r.NCCL, common: r.Defaulted(pl.reader)}
+	req := &request{gpus: r.GPUs, rdma: r.RDMA, maxLevel: r.MaxLevel, required: r.Required, nccl: r.NCCL, job: r.Job.Key(), common: r.Defaulted(pl.reader)}
 	for _, vf := range r.VFs {
 		req.vfs = append(req.vfs, vfRequest{resource: vf.Resource, count: vf.Count})
 	}

@@ -16,6 +16,8 @@ type request struct {
 	required bool
 	// nccl is the pod's NCCL environment that set maxLevel, for messages.
 	nccl string
+	// job is the pod's job (namespace/name), "" for a job of one.
+	job string
 	// common: the plugin's default level and policy, no VFs. Views carry
 	// precomputed answers for such requests (see answers).
 	common bool

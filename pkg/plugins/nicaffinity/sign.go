@@ -23,6 +23,9 @@ type signature struct {
 	// NCCL is the pod's NCCL environment that set MaxLevel: the same level
 	// asked for another way gives other messages.
 	NCCL string `json:"nccl,omitempty"`
+	// Job is the pod's job: pods of different jobs are ranked apart, so
+	// that what one job's pods were given cannot steer another's.
+	Job string `json:"job,omitempty"`
 }
 
 type signedVFs struct {
@@ -43,7 +46,7 @@ func (pl *NICAffinity) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragme
 	if !ok {
 		return nil, nil
 	}
-	sig := signature{GPUs: req.gpus, RDMA: req.rdma, MaxLevel: req.maxLevel.String(), Required: req.required, NCCL: req.nccl}
+	sig := signature{GPUs: req.gpus, RDMA: req.rdma, MaxLevel: req.maxLevel.String(), Required: req.required, NCCL: req.nccl, Job: req.job}
 	for _, vf := range req.vfs {
 		sig.VFs = append(sig.VFs, signedVFs{Resource: vf.resource, Count: vf.count})
 	}

@@ -42,10 +42,19 @@ func TestSignPod(t *testing.T) {
 		{"own level", must(signOf(t, pl, makePod("a", 2, map[string]string{annotations.MaxLevel: "PIX"}, rdma, "1")))},
 		{"preferred", must(signOf(t, pl, makePod("a", 2, map[string]string{annotations.Policy: "preferred"}, rdma, "1")))},
 		{"VFs", vfs},
+		{"a job", must(signOf(t, pl, inJob(makePod("a", 2, nil, rdma, "1"), "train-1")))},
+		{"NCCL's own cut-off", must(signOf(t, pl, withEnv(makePod("a", 2, nil, rdma, "1"), "NCCL_NET_GDR_LEVEL", "PHB")))},
 	} {
 		if tc.sig == base {
 			t.Errorf("%s: signs like the base pod", tc.name)
 		}
+	}
+	j1, _ := signOf(t, pl, inJob(makePod("a", 2, nil, rdma, "1"), "train-1"))
+	if j2, _ := signOf(t, pl, inJob(makePod("b", 2, nil, rdma, "1"), "train-1")); j2 != j1 {
+		t.Errorf("two pods of one job sign apart: %s vs %s", j1, j2)
+	}
+	if j3, _ := signOf(t, pl, inJob(makePod("c", 2, nil, rdma, "1"), "train-2")); j3 == j1 {
+		t.Errorf("pods of two jobs sign alike: %s", j3)
 	}
 	if sig, st := signOf(t, pl, makePod("cpu", 0, nil)); !st.IsSuccess() || sig != "null" {
 		t.Errorf("pod without GPUs: %s %v, want no fragment", sig, st)
@@ -69,3 +78,9 @@ func signOf(t *testing.T, pl *NICAffinity, pod *v1.Pod) (string, *fwk.Status) {
 }
 
 func must(s string, _ *fwk.Status) string { return s }
+
+// inJob puts the pod in an indexed Job of its namespace.
+func inJob(p *v1.Pod, job string) *v1.Pod {
+	p.Labels = map[string]string{"batch.kubernetes.io/job-name": job}
+	return p
+}
