@@ -36,6 +36,9 @@ func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod
 		pl.cache.metrics.reject(unusableReason(raw))
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
 	}
+	if o, ok := s.overlays[nodeInfo.Node().Name]; ok {
+		v = v.withOverlay(o)
+	}
 	if req.gpus > len(v.c.GPUs) {
 		return nil // more than the node has: NodeResourcesFit says so
 	}

@@ -18,16 +18,17 @@ import (
 const Name = "NICAffinity"
 
 var (
-	_ fwk.PreFilterPlugin   = &NICAffinity{}
-	_ fwk.FilterPlugin      = &NICAffinity{}
-	_ fwk.PreScorePlugin    = &NICAffinity{}
-	_ fwk.ScorePlugin       = &NICAffinity{}
-	_ fwk.ScoreExtensions   = &NICAffinity{}
-	_ fwk.ReservePlugin     = &NICAffinity{}
-	_ fwk.PreBindPlugin     = &NICAffinity{}
-	_ fwk.BindPlugin        = &NICAffinity{}
-	_ fwk.EnqueueExtensions = &NICAffinity{}
-	_ fwk.SignPlugin        = &NICAffinity{}
+	_ fwk.PreFilterPlugin     = &NICAffinity{}
+	_ fwk.PreFilterExtensions = &NICAffinity{}
+	_ fwk.FilterPlugin        = &NICAffinity{}
+	_ fwk.PreScorePlugin      = &NICAffinity{}
+	_ fwk.ScorePlugin         = &NICAffinity{}
+	_ fwk.ScoreExtensions     = &NICAffinity{}
+	_ fwk.ReservePlugin       = &NICAffinity{}
+	_ fwk.PreBindPlugin       = &NICAffinity{}
+	_ fwk.BindPlugin          = &NICAffinity{}
+	_ fwk.EnqueueExtensions   = &NICAffinity{}
+	_ fwk.SignPlugin          = &NICAffinity{}
 )
 
 // Scoring strategies.

@@ -19,16 +19,25 @@ type preFilterState struct {
 	req request
 	// planned is filled by Reserve for PreBind.
 	planned *annotations.Allocation
+	// overlays are preemption's what-if changes per node (AddPod,
+	// RemovePod); nil outside preemption.
+	overlays map[string]overlay
 }
 
 // Clone shares the request, which nothing changes after PreFilter; the plan
-// belongs to one cycle and is copied so clones made for preemption cannot
-// write into it.
+// and preemption's overlays belong to one cycle and are copied so clones
+// made for preemption cannot write into each other.
 func (s *preFilterState) Clone() fwk.StateData {
 	c := *s
 	if s.planned != nil {
 		p := *s.planned
 		c.planned = &p
+	}
+	if s.overlays != nil {
+		c.overlays = make(map[string]overlay, len(s.overlays))
+		for k, o := range s.overlays {
+			c.overlays[k] = o
+		}
 	}
 	return &c
 }
@@ -82,8 +91,6 @@ func takesLargestNode(nodes []fwk.NodeInfo, gpu v1.ResourceName, want int64) boo
 	return seen
 }
 
-// PreFilterExtensions: none; reservations live in the cache, not in the cycle.
-func (pl *NICAffinity) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
 // getState reads the pod's state. nil without an error when PreFilter
 // skipped the pod: Score, Reserve and PreBind are still called for it.

@@ -1,0 +1,110 @@
+package nicaffinity
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+)
+
+// overlay is what preemption's what-if changes on one node: the GPUs the
+// pods it removes would free, and the GPUs the pods it adds (nominated
+// pods) would take. Filter reads the node's free GPUs through it.
+type overlay struct {
+	freed, taken nrt.GPUSet
+}
+
+// PreFilterExtensions lets DefaultPreemption see aligned GPUs that evicting
+// lower-priority pods would free: RemovePod and AddPod change the cycle's
+// state, never the cache.
+func (pl *NICAffinity) PreFilterExtensions() fwk.PreFilterExtensions { return pl }
+
+// AddPod counts the GPUs an added pod holds on the node as taken.
+func (pl *NICAffinity) AddPod(_ context.Context, cycle fwk.CycleState, _ *v1.Pod, add fwk.PodInfo, nodeInfo fwk.NodeInfo) *fwk.Status {
+	return pl.change(cycle, add.GetPod(), nodeInfo, false)
+}
+
+// RemovePod counts the GPUs a removed pod holds on the node as free.
+func (pl *NICAffinity) RemovePod(_ context.Context, cycle fwk.CycleState, _ *v1.Pod, remove fwk.PodInfo, nodeInfo fwk.NodeInfo) *fwk.Status {
+	return pl.change(cycle, remove.GetPod(), nodeInfo, true)
+}
+
+func (pl *NICAffinity) change(cycle fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo, remove bool) *fwk.Status {
+	s, err := getState(cycle)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if s == nil || nodeInfo.Node() == nil {
+		return nil
+	}
+	node := nodeInfo.Node().Name
+	v, _ := usable(pl.cache.view(node))
+	if v == nil {
+		return nil
+	}
+	gpus := heldGPUs(v.c, pod, node)
+	if gpus == 0 {
+		return nil
+	}
+	if s.overlays == nil {
+		s.overlays = map[string]overlay{}
+	}
+	o := s.overlays[node]
+	if remove {
+		o.freed |= gpus
+		o.taken &^= gpus
+	} else {
+		o.taken |= gpus
+		o.freed &^= gpus
+	}
+	s.overlays[node] = o
+	return nil
+}
+
+// heldGPUs are the GPUs of c a pod holds on node: those the exporter
+// observed it holding, else those of its plan. A pod with neither (placed
+// by another scheduler and not yet observed) holds GPUs nobody can name:
+// none are counted, so preemption never counts on them.
+func heldGPUs(c *nrt.Compiled, pod *v1.Pod, node string) nrt.GPUSet {
+	var busIDs []string
+	if s, ok := pod.Annotations[annotations.ObservedKey]; ok {
+		if o, err := annotations.ParseObserved(s); err == nil {
+			for _, g := range o.GPUs {
+				busIDs = append(busIDs, g.BusID)
+			}
+		}
+	}
+	if busIDs == nil {
+		if s, ok := pod.Annotations[annotations.AllocationKey]; ok {
+			if p, err := annotations.ParseAllocation(s); err == nil && p.Node == node {
+				busIDs = p.GPUs
+			}
+		}
+	}
+	var set nrt.GPUSet
+	for _, id := range busIDs {
+		addr, err := topology.NormalizeBusID(id)
+		if err != nil {
+			continue
+		}
+		for g := range c.GPUs {
+			if c.GPUs[g].BusID == addr {
+				set |= 1 << g
+			}
+		}
+	}
+	return set
+}
+
+// withOverlay is v as preemption's what-if sees it: its free GPUs changed,
+// and no precomputed answers, which are for the real free set.
+func (v *nodeView) withOverlay(o overlay) *nodeView {
+	w := *v
+	w.free = (v.free | (o.freed & v.c.Healthy)) &^ o.taken
+	w.answered = 0
+	return &w
+}
