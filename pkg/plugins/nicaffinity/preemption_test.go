@@ -67,4 +67,3 @@ func TestPreemptionSeesFreedGPUs(t *testing.T) {
 		})
 	}
 }
-

@@ -91,7 +91,6 @@ func takesLargestNode(nodes []fwk.NodeInfo, gpu v1.ResourceName, want int64) boo
 	return seen
 }
 
-
 // getState reads the pod's state. nil without an error when PreFilter
 // skipped the pod: Score, Reserve and PreBind are still called for it.
 func getState(cycle fwk.CycleState) (*preFilterState, error) {
