@@ -11,6 +11,7 @@ import (
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -528,5 +529,45 @@ func TestE2EGB200(t *testing.T) {
 		return false, nil
 	}); err != nil {
 		t.Errorf("pod with NCCL_NET_GDR_C2C=0: %v", err)
+	}
+}
+
+// TestE2EPreemptsTowardAlignment: a low-priority RDMA pod holds the only
+// aligned GPUs of a half-NIC node; a high-priority aligned RDMA pod finds
+// only PHB GPUs free, so DefaultPreemption, which sees through the
+// plugin's RemovePod that evicting the low pod frees aligned GPUs, evicts
+// it, and the high pod binds aligned.
+func TestE2EPreemptsTowardAlignment(t *testing.T) {
+	// The kubelet follows plans (the allocation proxy), so pods get the
+	// GPUs the scheduler chose.
+	e := startEnv(t, cluster.NodeSpec{Name: "a", Machine: machines.HalfNICs, Policy: kubeletsim.Proxy})
+	ctx := context.Background()
+	for name, value := range map[string]int32{"low": 100, "high": 10000} {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
+		if _, err := e.cp.Kube.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submit := func(name, class string, gpus int64) {
+		limits := corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI), "rdma/hca": resource.MustParse("1")}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec: corev1.PodSpec{SchedulerName: "nicaffinity-scheduler", PriorityClassName: class,
+				Containers: []corev1.Container{{Name: "train", Image: "train", Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits}}}}}
+		if _, err := e.cp.Kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submit("low", "low", 4)
+	e.waitRunning(t, "low")
+	if o := e.observed(t, "low"); !o.Aligned {
+		t.Fatalf("the low-priority pod is not aligned (%+v): the scenario needs it on the aligned GPUs", o)
+	}
+	submit("high", "high", 2)
+	high := e.waitRunning(t, "high")
+	if o := e.observed(t, "high"); !o.Aligned {
+		t.Errorf("the high-priority pod runs misaligned: %+v", o)
+	}
+	if _, err := e.cp.Kube.CoreV1().Pods("default").Get(ctx, "low", metav1.GetOptions{}); err == nil {
+		t.Errorf("the low-priority pod is still there; the high one is on %s", high.Spec.NodeName)
 	}
 }
