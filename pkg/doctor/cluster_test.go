@@ -137,6 +137,12 @@ func TestPod(t *testing.T) {
 		{name: "NCCL_IB_HCA prefix covers it", mutate: func(p *corev1.Pod) {
 			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NCCL_IB_HCA", Value: "mlx5"}}
 		}, check: "NCCL_IB_HCA", status: Info, detail: "mlx5_0"},
+		{name: "NCCL_IB_HCA prefix selects another NIC", mutate: func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NCCL_IB_HCA", Value: "mlx5"}}
+		}, obj: nrttest.HalfNICs("a", 0, 1), check: "NCCL_IB_HCA", status: Warn, detail: `which NCCL reads as prefixes: it also selects mlx5_1`},
+		{name: "NCCL_IB_HCA exact form", mutate: func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NCCL_IB_HCA", Value: "=mlx5_0:1"}}
+		}, obj: nrttest.HalfNICs("a", 0, 1), check: "NCCL_IB_HCA", status: Info, detail: "mlx5_0"},
 		{name: "RoCE without hostNetwork or MacVLAN", mutate: func(*corev1.Pod) {}, obj: roce, layer: LayerNetwork, check: "RoCE networking", status: Fail, detail: "neither hostNetwork nor a MacVLAN/SR-IOV network"},
 		{name: "RoCE with hostNetwork", mutate: func(p *corev1.Pod) { p.Spec.HostNetwork = true }, obj: roce, check: "RoCE networking", status: Pass, detail: "hostNetwork: true"},
 		{name: "RoCE with MacVLAN", mutate: func(p *corev1.Pod) { p.Annotations[MultusNetworks] = "roce-macvlan" }, obj: roce, check: "RoCE networking", status: Pass, detail: "re-check the GID index"},

@@ -137,9 +137,14 @@ func podNetwork(b *builder, s PodState, observed *annotations.Observed) {
 	p := s.Pod
 	if observed != nil && len(observed.NICs) > 0 {
 		hca := strings.Join(observed.NICs, ",")
-		if set := envValue(p, "NCCL_IB_HCA"); set != "" && !coversHCAs(set, observed.NICs) {
-			b.warn("NCCL_IB_HCA", fmt.Sprintf("the pod sets %q; its GPUs' nearest NICs are %s", set, hca), "set NCCL_IB_HCA="+hca+" (or run the job under nicaffinity env)")
-		} else {
+		set := envValue(p, "NCCL_IB_HCA")
+		switch extra := prefixExtras(set, nodeNICs(s.NRT), observed.NICs); {
+		case set != "" && !coversHCAs(set, observed.NICs):
+			b.warn("NCCL_IB_HCA", fmt.Sprintf("the pod sets %q; its GPUs' nearest NICs are %s", set, hca), "set NCCL_IB_HCA=="+hca+" (or run the job under nicaffinity env)")
+		case len(extra) > 0:
+			b.warn("NCCL_IB_HCA", fmt.Sprintf("the pod sets %q, which NCCL reads as prefixes: it also selects %s", set, strings.Join(extra, ",")),
+				"use the exact-match form, NCCL_IB_HCA=="+hca+" (what the allocation proxy sets)")
+		default:
 			b.info("NCCL_IB_HCA", hca)
 		}
 		roce := roceNICs(s.NRT, observed.NICs)
@@ -226,6 +231,43 @@ func coversHCAs(value string, nics []string) bool {
 		}
 	}
 	return true
+}
+
+// nodeNICs are the RDMA devices of the node's object.
+func nodeNICs(obj *v1alpha2.NodeResourceTopology) []string {
+	if obj == nil {
+		return nil
+	}
+	var out []string
+	for _, z := range obj.Zones {
+		if z.Type == nrt.ZoneNIC {
+			out = append(out, strings.TrimPrefix(z.Name, nrt.PrefixNIC))
+		}
+	}
+	return out
+}
+
+// prefixExtras are the node's NICs a NCCL_IB_HCA value in the prefix form
+// (no leading "=") selects besides the pod's own: "mlx5_1" also selects
+// mlx5_10..mlx5_17.
+func prefixExtras(value string, node, own []string) []string {
+	if value == "" || strings.HasPrefix(value, "=") || strings.HasPrefix(value, "^") {
+		return nil
+	}
+	var out []string
+	for _, n := range node {
+		if slices.Contains(own, n) {
+			continue
+		}
+		for _, e := range strings.Split(value, ",") {
+			name, _, _ := strings.Cut(strings.TrimSpace(e), ":")
+			if name != "" && strings.HasPrefix(n, name) {
+				out = append(out, n)
+				break
+			}
+		}
+	}
+	return out
 }
 
 func roceNICs(obj *v1alpha2.NodeResourceTopology, nics []string) []string {
