@@ -59,6 +59,12 @@ func TestNCCLOnGraceAndCX8(t *testing.T) {
 			2: {"mlx5_4:P2C", "mlx5_5:P2C"}, 3: {"mlx5_4:P2C", "mlx5_5:P2C"},
 		}},
 		{"gh200-1gpu-4nic", map[int][]string{0: {"mlx5_0:P2C", "mlx5_1:P2C", "mlx5_2:P2C", "mlx5_3:P2C"}}},
+		// ConnectX-8 as the PCIe switch: each GPU's own NIC, PXB to NCCL
+		// as in the bundled dump below.
+		{"hgx-b300-8gpu-8nic-cx8", map[int][]string{
+			0: {"mlx5_0:PXB"}, 1: {"mlx5_1:PXB"}, 2: {"mlx5_2:PXB"}, 3: {"mlx5_3:PXB"},
+			4: {"mlx5_4:PXB"}, 5: {"mlx5_5:PXB"}, 6: {"mlx5_6:PXB"}, 7: {"mlx5_7:PXB"},
+		}},
 		// Both hosts of the fused dump: each GPU's own NIC through the
 		// ConnectX-8 switch, PXB to NCCL (PIX to nvidia-smi); the Grace's
 		// other NIC is PHB, not among the GPU's closest.

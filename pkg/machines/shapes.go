@@ -270,3 +270,38 @@ func GH200(t *Tree) {
 		}
 	}
 }
+
+// HGXB300 is an HGX B300 board as the bundled OCI B300 dump lays it out:
+// per GPU, a Broadcom PEX89xxx with a virtual sub-switch, below it the
+// ConnectX-8's own PCIe switch (0x15b3:0x197c), which holds the NIC and,
+// through a second ConnectX-8 switch level, the GPU. The GPU-NIC pair is
+// PXB to NCCL and to nvidia-smi alike: GPUDirect RDMA without a host
+// bridge. 800 Gb/s ports; two sockets of four GPUs.
+func HGXB300(t *Tree) {
+	cpus := []string{"0-59,120-179", "60-119,180-239"}
+	t.NUMANode(0, cpus[0])
+	t.NUMANode(1, cpus[1])
+	t.NUMADistances(0, 10, 21)
+	t.NUMADistances(1, 21, 10)
+	const vendorCX8, cx8Switch = VendorMellanox, 0x197c
+	port := Port{LinkLayer: "InfiniBand", State: "4: ACTIVE", Rate: "800 Gb/sec (4X XDR)"}
+	for g, b := range []int{0x10, 0x20, 0x30, 0x40, 0x90, 0xa0, 0xb0, 0xc0} {
+		numa := g / 4
+		top := chain(b, addr(b, "01.0"), addr(b+1, "00.0"), addr(b+2, "00.0"), addr(b+3, "00.0"))
+		t.bcm(top, numa)
+		cx8 := top + "/" + addr(b+4, "00.0")
+		t.Bridge(top+"/"+addr(b+4, "00.0"), vendorCX8, cx8Switch, numa)
+		nicPort := cx8 + "/" + addr(b+5, "00.0")
+		t.Bridge(nicPort, vendorCX8, cx8Switch, numa)
+		gpuPort := cx8 + "/" + addr(b+5, "01.0")
+		t.Bridge(gpuPort, vendorCX8, cx8Switch, numa)
+		inner := gpuPort + "/" + addr(b+7, "00.0")
+		t.Bridge(inner, vendorCX8, cx8Switch, numa)
+		t.Bridge(inner+"/"+addr(b+8, "00.0"), vendorCX8, cx8Switch, numa)
+		t.PCI(inner+"/"+addr(b+8, "00.0")+"/"+addr(b+9, "00.0"), Func{Vendor: VendorNVIDIA, Device: 0x3182, Class: Class3D, NUMA: numa, LocalCPUs: cpus[numa]})
+		nic := nicPort + "/" + addr(b+6, "00.0")
+		name := fmt.Sprintf("mlx5_%d", g)
+		t.PCI(nic, Func{Vendor: VendorMellanox, Device: 0x1023, Class: ClassIB, NUMA: numa})
+		t.RDMA(nic, name, "net-"+name, port)
+	}
+}
