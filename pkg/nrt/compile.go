@@ -448,53 +448,52 @@ func (c *Compiled) derive() {
 }
 
 // parseACSRedirect reads a GPU zone's acsRedirect attribute into the
-// bridge per NIC position ("" for NICs it does not name). Entries naming a
-// NIC that is not offered are ignored; malformed ones are errors.
+// bridge per NIC position ("" for NICs it does not name).
 func parseACSRedirect(zone, value string, nicIndex map[string]int) (map[int]string, error) {
-	if value == "" {
-		return nil, nil
+	return parseNICList(zone, AttrACSRedirect, "bridge PCI address", value, nicIndex, func(v string) (string, bool) {
+		addr, err := topology.NormalizeBusID(v)
+		return addr, err == nil
+	})
+}
+
+// parseNCCLPath reads a GPU zone's ncclPath attribute into the NIC
+// positions NCCL gives P2C.
+func parseNCCLPath(zone, value string, nicIndex map[string]int) (map[int]bool, error) {
+	paths, err := parseNICList(zone, AttrNCCLPath, "NCCL path type", value, nicIndex, topology.ParseNCCLPathName)
+	if err != nil {
+		return nil, err
 	}
-	entries := strings.Split(value, ",")
-	if len(entries) > MaxNICs {
-		return nil, fmt.Errorf("GPU zone %s: attribute %s has %d entries, at most %d", zone, AttrACSRedirect, len(entries), MaxNICs)
-	}
-	out := make(map[int]string, len(entries))
-	for _, e := range entries {
-		nic, bridge, ok := strings.Cut(e, "=")
-		addr, err := topology.NormalizeBusID(bridge)
-		if !ok || nic == "" || err != nil {
-			return nil, fmt.Errorf("GPU zone %s: attribute %s entry %q is not <rdma device>=<bridge PCI address>", zone, AttrACSRedirect, truncate(e, 64))
-		}
-		if n, ok := nicIndex[PrefixNIC+nic]; ok {
-			out[n] = addr
+	out := map[int]bool{}
+	for n, p := range paths {
+		if p == topology.PathP2C {
+			out[n] = true
 		}
 	}
 	return out, nil
 }
 
-// parseNCCLPath reads a GPU zone's ncclPath attribute into the NIC
-// positions NCCL gives P2C. Entries naming a NIC that is not offered are
-// ignored; malformed ones, and path names NCCL does not have, are errors.
-func parseNCCLPath(zone, value string, nicIndex map[string]int) (map[int]bool, error) {
+// parseNICList reads a GPU zone attribute listing "<rdma device>=<value>"
+// entries into the value per NIC position. Entries naming a NIC that is not
+// offered are ignored; malformed ones, and values parse refuses, are
+// errors naming the zone, the attribute and the entry (what says what a
+// value should be).
+func parseNICList[T any](zone, attr, what, value string, nicIndex map[string]int, parse func(string) (T, bool)) (map[int]T, error) {
 	if value == "" {
 		return nil, nil
 	}
 	entries := strings.Split(value, ",")
 	if len(entries) > MaxNICs {
-		return nil, fmt.Errorf("GPU zone %s: attribute %s has %d entries, at most %d", zone, AttrNCCLPath, len(entries), MaxNICs)
+		return nil, fmt.Errorf("GPU zone %s: attribute %s has %d entries, at most %d", zone, attr, len(entries), MaxNICs)
 	}
-	out := map[int]bool{}
+	out := make(map[int]T, len(entries))
 	for _, e := range entries {
-		nic, path, ok := strings.Cut(e, "=")
-		var p topology.NCCLPath
-		if ok && nic != "" {
-			ok = p.UnmarshalText([]byte(path)) == nil && path != "" && path[0] >= 'A' && path[0] <= 'Z'
+		nic, raw, ok := strings.Cut(e, "=")
+		v, good := parse(raw)
+		if !ok || nic == "" || !good {
+			return nil, fmt.Errorf("GPU zone %s: attribute %s entry %q is not <rdma device>=<%s>", zone, attr, truncate(e, 64), what)
 		}
-		if !ok {
-			return nil, fmt.Errorf("GPU zone %s: attribute %s entry %q is not <rdma device>=<NCCL path type>", zone, AttrNCCLPath, truncate(e, 64))
-		}
-		if n, found := nicIndex[PrefixNIC+nic]; found && p == topology.PathP2C {
-			out[n] = true
+		if n, found := nicIndex[PrefixNIC+nic]; found {
+			out[n] = v
 		}
 	}
 	return out, nil

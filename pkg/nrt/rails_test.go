@@ -130,3 +130,34 @@ func TestCompileRefusesBadRails(t *testing.T) {
 		}
 	}
 }
+
+// TestCompileRefusesBadNCCLPath: a hostile ncclPath makes the object
+// unreadable, naming the zone and the attribute; an entry for a NIC that is
+// not offered is ignored.
+func TestCompileRefusesBadNCCLPath(t *testing.T) {
+	topo, err := machines.Load("gb200-tray-4gpu-8nic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := func(value string) error {
+		obj, _ := Build(Input{Node: "n", Topology: topo, Resources: DefaultResources()})
+		for i := range obj.Zones {
+			z := &obj.Zones[i]
+			for k := range z.Attributes {
+				if z.Name == "gpu-0" && z.Attributes[k].Name == AttrNCCLPath {
+					z.Attributes[k].Value = value
+				}
+			}
+		}
+		_, err := Compile(obj, "nvidia.com/gpu")
+		return err
+	}
+	for _, bad := range []string{"mlx5_0=P2X", "mlx5_0", "=P2C", "mlx5_0=6", "mlx5_0=p2c", strings.Repeat("mlx5_0=P2C,", MaxNICs) + "mlx5_0=P2C"} {
+		if err := set(bad); err == nil || !strings.Contains(err.Error(), "GPU zone gpu-0: attribute ncclPath") {
+			t.Errorf("ncclPath %.40q: error %v", bad, err)
+		}
+	}
+	if err := set("mlx5_0=P2C,mlx5_99=P2C"); err != nil {
+		t.Errorf("an entry for a NIC that is not offered: %v", err)
+	}
+}

@@ -60,6 +60,17 @@ func (p *NCCLPath) UnmarshalText(b []byte) error {
 	return nil
 }
 
+// ParseNCCLPathName reads a path type by NCCL's name exactly (LOC ... DIS),
+// as the schema publishes it; numbers are no names.
+func ParseNCCLPathName(s string) (NCCLPath, bool) {
+	for i, n := range ncclPathNames {
+		if s == n {
+			return NCCLPath(i), true
+		}
+	}
+	return 0, false
+}
+
 // ncclOldLevels maps NCCL_NET_GDR_LEVEL's old numbers to path types
 // (levelsOldToNew in paths.cc): 0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 and more SYS.
 var ncclOldLevels = []NCCLPath{PathLOC, PathPIX, PathPXB, PathPHB, PathSYS, PathSYS}
