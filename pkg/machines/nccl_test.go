@@ -40,7 +40,8 @@ func TestNCCLAgreesWithLevelsWithoutC2C(t *testing.T) {
 				}
 			}
 			level := m.Cells[gi][ni].Level
-			if level.GPUDirectCapable() != p.Eligible && p.NCCLPath != topology.PathNET {
+			gdrKnownOff := topo.GPUs[gi].GDR == topology.No || topo.NICs[ni-len(topo.GPUs)].GDR == topology.No
+			if level.GPUDirectCapable() != p.Eligible && p.NCCLPath != topology.PathNET && !gdrKnownOff {
 				t.Errorf("%s: GPU %d - %s: nvidia-smi %s, NCCL %s eligible=%v", name, p.GPU, p.NIC, level, p.NCCLPath, p.Eligible)
 			}
 		}
@@ -91,5 +92,66 @@ func TestNCCLOnGraceAndCX8(t *testing.T) {
 		if diff := cmp.Diff(tc.want, got); diff != "" {
 			t.Errorf("%s: eligible NICs per GPU (-want,+got):\n%s", tc.machine, diff)
 		}
+	}
+}
+
+// TestNCCLAgreesWithDumps holds the computed table to what NCCL itself
+// wrote into the bundled topology dumps (pkg/topology/testdata/SOURCES.md,
+// section D): where a dump marks a GPU or NIC gdr="0", NCCL uses GPUDirect
+// RDMA on none of its pairs, and neither does the table; where NCCL marked
+// every GPU and NIC of a machine gdr="1", every GPU has an eligible NIC in
+// the table, at the path its own switch gives it.
+func TestNCCLAgreesWithDumps(t *testing.T) {
+	tests := []struct {
+		profile string
+		// perGPU is how many eligible NICs each GPU has, and at which path
+		// (0: no eligible pair on the machine at all).
+		perGPU int
+		path   topology.NCCLPath
+	}{
+		// NCCL 2.30 on two A100 PCIe and a CX-6 Dx, NVIDIA/nccl#2397: both
+		// ports gdr="0".
+		{"a100pcie-2gpu-1cx6dx-icelake", 0, 0},
+		// Azure NC A100 v4: the only NIC, eth0, is gdr="0".
+		{"azure-nc-a100-v4-4gpu", 0, 0},
+		// GB300 (C2C), both hosts, every GPU and NIC gdr="1": each GPU's
+		// own NIC through the ConnectX-8 switch.
+		{"oci-gb300-2x4gpu-cx8vf-mnnvl", 1, topology.PathPXB},
+		// HGX B300, every GPU and NIC gdr="1".
+		{"oci-hgx-b300-8gpu-8cx8vf", 1, topology.PathPXB},
+		// OCI BM.GPU.H100.8, every GPU and NIC gdr="1": each GPU's two
+		// ports on the Broadcom switch it shares with them.
+		{"oci-bm-gpu-h100-8-8gpu-8x2portcx7", 2, topology.PathPIX},
+		// IBM Cloud gx3d H100 VSI, every GPU and NIC gdr="1".
+		{"ibmcloud-gx3d-h100-8gpu-8nic-vsi", 1, topology.PathPIX},
+	}
+	for _, tc := range tests {
+		t.Run(tc.profile, func(t *testing.T) {
+			topo, err := Load(ProfilePrefix + tc.profile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[int][]topology.NCCLPath{}
+			for _, p := range topo.GPUDirectPairs() {
+				if p.Eligible {
+					got[p.GPU] = append(got[p.GPU], p.NCCLPath)
+				}
+			}
+			if tc.perGPU == 0 {
+				if len(got) != 0 {
+					t.Errorf("eligible pairs %v on a machine whose dump says gdr=\"0\"", got)
+				}
+				return
+			}
+			for _, g := range topo.GPUs {
+				want := make([]topology.NCCLPath, tc.perGPU)
+				for i := range want {
+					want[i] = tc.path
+				}
+				if diff := cmp.Diff(want, got[g.Index]); diff != "" {
+					t.Errorf("GPU %d's eligible paths (-want,+got):\n%s", g.Index, diff)
+				}
+			}
+		})
 	}
 }

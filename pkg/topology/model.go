@@ -112,6 +112,9 @@ type GPU struct {
 	// GB200/GB300 NVL72 rack): NVML's fabric cluster UUID and clique,
 	// "<uuid>/<clique>"; empty outside one or without NVML.
 	NVLinkDomain string `json:"nvlinkDomain,omitempty"`
+	// GDR is No when the source says the GPU cannot do GPUDirect RDMA at
+	// all (an NCCL dump's gdr="0"), "" when it does not say.
+	GDR string `json:"gdr,omitempty"`
 }
 
 // Sources of a GPU's C2C link (GPU.C2C).
@@ -138,6 +141,9 @@ type NIC struct {
 	// TotalVFs is what the PF supports (sriov_totalvfs); VFs the addresses of the enabled ones.
 	TotalVFs int      `json:"totalVFs,omitempty"`
 	VFs      []string `json:"vfs,omitempty"`
+	// GDR is No when the source says the NIC cannot do GPUDirect RDMA at
+	// all (an NCCL dump's gdr="0"), "" when it does not say.
+	GDR string `json:"gdr,omitempty"`
 	// UVerbs is the user-space verbs device of the NIC ("uverbs0", what
 	// /dev/infiniband/uverbs0 opens); No when the host has none for it, ""
 	// when unknown.
@@ -248,6 +254,9 @@ func (t *Topology) Validate() error {
 		if len(g.NVLinkDomain) > 64 || !nvlinkDomainRE.MatchString(g.NVLinkDomain) {
 			return fmt.Errorf("%s: NVLink domain %q is not <uuid>/<clique>", what, g.NVLinkDomain)
 		}
+		if !oneOf(g.GDR, No) {
+			return fmt.Errorf("%s: gdr %q, want %q or empty", what, g.GDR, No)
+		}
 		if !oneOf(g.C2C, C2CNVML, C2CNUMAStatus, C2CNCCLXML) {
 			return fmt.Errorf("%s: C2C source %q, want %s, %s, %s or empty", what, g.C2C, C2CNVML, C2CNUMAStatus, C2CNCCLXML)
 		}
@@ -263,6 +272,9 @@ func (t *Topology) Validate() error {
 		names[n.Name] = true
 		if err := check("RDMA device "+n.Name, n.PCI); err != nil {
 			return err
+		}
+		if !oneOf(n.GDR, No) {
+			return fmt.Errorf("RDMA device %s: gdr %q, want %q or empty", n.Name, n.GDR, No)
 		}
 		if n.UVerbs != Unknown && n.UVerbs != No && !uverbsRE.MatchString(n.UVerbs) {
 			return fmt.Errorf("RDMA device %s: verbs device %q is not uverbs<N>", n.Name, n.UVerbs)

@@ -151,14 +151,17 @@ type GPUDirectPair struct {
 }
 
 // GPUDirectPairs lists every GPU-NIC pair in GPU then NIC order, with NCCL's
-// path and whether NCCL's defaults use GPUDirect RDMA on it.
+// path and whether NCCL's defaults use GPUDirect RDMA on it: the path at
+// the cut-off or closer, and neither side known unable to (ncclTopoCheckGdr
+// checks gdrSupport first; NCCL then routes the pair through the CPU).
 func (t *Topology) GPUDirectPairs() []GPUDirectPair {
 	paths := t.NCCLPaths()
 	out := make([]GPUDirectPair, 0, len(t.GPUs)*len(t.NICs))
 	for i, g := range t.GPUs {
 		for j, n := range t.NICs {
 			p := paths[i][j]
-			out = append(out, GPUDirectPair{GPU: g.Index, NIC: n.Name, NCCLPath: p, Eligible: NCCLRule{}.Eligible(p)})
+			ok := NCCLRule{}.Eligible(p) && g.GDR != No && n.GDR != No
+			out = append(out, GPUDirectPair{GPU: g.Index, NIC: n.Name, NCCLPath: p, Eligible: ok})
 		}
 	}
 	return out

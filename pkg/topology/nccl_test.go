@@ -63,6 +63,15 @@ func TestNCCLPathRule(t *testing.T) {
 	if diff := cmp.Diff(want, topo.NCCLPaths()); diff != "" {
 		t.Errorf("NCCL paths (-want,+got):\n%s", diff)
 	}
+	// A NIC NCCL found without GPUDirect RDMA support (gdr="0") is eligible
+	// on no path, however close.
+	topo.NICs[0].GDR = No
+	for _, p := range topo.GPUDirectPairs() {
+		if p.NIC == "same-switch" && (p.Eligible || p.GPU == 0 && p.NCCLPath != PathPIX) {
+			t.Errorf("gdr=0 NIC: %+v", p)
+		}
+	}
+	topo.NICs[0].GDR = ""
 	// Without the faster NIC on the other CPU, the Grace GPU's closest NICs
 	// are the 400 Gb/s ones of its own CPU, PXB ones included.
 	topo.NICs[5].Ports = rate("400")

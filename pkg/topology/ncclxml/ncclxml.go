@@ -225,6 +225,9 @@ func (im *importer) pci(e *element, rc topology.RootComplex, cpus string, chain 
 				return fmt.Errorf("%s: <net> without a name", where)
 			}
 			nic := topology.NIC{Name: name, PCI: fn}
+			if g, _ := n.attr("gdr"); g == "0" {
+				nic.GDR = topology.No // NCCL found no GPUDirect RDMA support on it
+			}
 			if p, ok := n.attr("port"); ok {
 				port, err := strconv.Atoi(p)
 				if err != nil {
@@ -268,6 +271,9 @@ func (im *importer) gpu(fn topology.PCIFunction, g *element, cpus, host, where s
 				return fmt.Errorf("%s: <gpu dev=%q> is not a GPU number", where, s)
 			}
 			rec.dev = n
+		}
+		if s, _ := g.attr("gdr"); s == "0" {
+			rec.gpu.GDR = topology.No
 		}
 		if s, ok := g.attr("rank"); ok {
 			n, err := strconv.Atoi(s)
