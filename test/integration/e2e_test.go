@@ -490,7 +490,9 @@ func TestE2EGB200(t *testing.T) {
 	for _, p := range []struct {
 		name string
 		gpus int64
-	}{{"train-1", 1}, {"train-2", 2}, {"train-4", 4}} {
+	}{{"train-4", 4}, {"train-2", 2}, {"train-1", 1}} {
+		// The whole tray first: the scheduler need not pack the smaller
+		// pods onto one tray, and then no tray would be left whole.
 		e.submit(t, p.name, p.gpus, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
 		pod := e.waitRunning(t, p.name)
 		o := e.observed(t, p.name)
