@@ -251,14 +251,8 @@ func (t *Topology) Validate() error {
 		if err := check(what, g.PCI); err != nil {
 			return err
 		}
-		if len(g.NVLinkDomain) > 64 || !nvlinkDomainRE.MatchString(g.NVLinkDomain) {
-			return fmt.Errorf("%s: NVLink domain %q is not <uuid>/<clique>", what, g.NVLinkDomain)
-		}
-		if !oneOf(g.GDR, No) {
-			return fmt.Errorf("%s: gdr %q, want %q or empty", what, g.GDR, No)
-		}
-		if !oneOf(g.C2C, C2CNVML, C2CNUMAStatus, C2CNCCLXML) {
-			return fmt.Errorf("%s: C2C source %q, want %s, %s, %s or empty", what, g.C2C, C2CNVML, C2CNUMAStatus, C2CNCCLXML)
+		if err := g.validateFacts(what); err != nil {
+			return err
 		}
 	}
 	names := map[string]bool{}
@@ -273,16 +267,8 @@ func (t *Topology) Validate() error {
 		if err := check("RDMA device "+n.Name, n.PCI); err != nil {
 			return err
 		}
-		if !oneOf(n.GDR, No) {
-			return fmt.Errorf("RDMA device %s: gdr %q, want %q or empty", n.Name, n.GDR, No)
-		}
-		if n.UVerbs != Unknown && n.UVerbs != No && !uverbsRE.MatchString(n.UVerbs) {
-			return fmt.Errorf("RDMA device %s: verbs device %q is not uverbs<N>", n.Name, n.UVerbs)
-		}
-		for _, p := range n.Ports {
-			if p.MTU < 0 || !oneOf(p.RoCEv2, Yes, No) {
-				return fmt.Errorf("RDMA device %s port %d: MTU %d or RoCE v2 %q out of range", n.Name, p.Number, p.MTU, p.RoCEv2)
-			}
+		if err := n.validateFacts(); err != nil {
+			return err
 		}
 	}
 	for _, l := range t.NVLinks {
@@ -291,6 +277,35 @@ func (t *Topology) Validate() error {
 		}
 		if l.Count <= 0 {
 			return fmt.Errorf("NVLink between GPU %d and GPU %d has %d links", l.GPU, l.Peer, l.Count)
+		}
+	}
+	return nil
+}
+
+// validateFacts checks a GPU's facts beside its place in the tree.
+func (g GPU) validateFacts(what string) error {
+	switch {
+	case len(g.NVLinkDomain) > 64 || !nvlinkDomainRE.MatchString(g.NVLinkDomain):
+		return fmt.Errorf("%s: NVLink domain %q is not <uuid>/<clique>", what, g.NVLinkDomain)
+	case !oneOf(g.GDR, No):
+		return fmt.Errorf("%s: gdr %q, want %q or empty", what, g.GDR, No)
+	case !oneOf(g.C2C, C2CNVML, C2CNUMAStatus, C2CNCCLXML):
+		return fmt.Errorf("%s: C2C source %q, want %s, %s, %s or empty", what, g.C2C, C2CNVML, C2CNUMAStatus, C2CNCCLXML)
+	}
+	return nil
+}
+
+// validateFacts checks an RDMA device's facts beside its place in the tree.
+func (n NIC) validateFacts() error {
+	if !oneOf(n.GDR, No) {
+		return fmt.Errorf("RDMA device %s: gdr %q, want %q or empty", n.Name, n.GDR, No)
+	}
+	if n.UVerbs != Unknown && n.UVerbs != No && !uverbsRE.MatchString(n.UVerbs) {
+		return fmt.Errorf("RDMA device %s: verbs device %q is not uverbs<N>", n.Name, n.UVerbs)
+	}
+	for _, p := range n.Ports {
+		if p.MTU < 0 || !oneOf(p.RoCEv2, Yes, No) {
+			return fmt.Errorf("RDMA device %s port %d: MTU %d or RoCE v2 %q out of range", n.Name, p.Number, p.MTU, p.RoCEv2)
 		}
 	}
 	return nil

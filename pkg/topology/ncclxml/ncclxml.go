@@ -216,35 +216,14 @@ func (im *importer) pci(e *element, rc topology.RootComplex, cpus string, chain 
 	case gpuEl != nil || (class&0xff0000 == 0x030000 && (vendor == 0 || vendor == 0x10de)):
 		return im.gpu(fn, gpuEl, cpus, rc.Host, where)
 	case nicEl != nil:
-		for _, n := range nicEl.Children {
+		for i := range nicEl.Children {
+			n := &nicEl.Children[i]
 			if n.XMLName.Local != "net" {
 				continue
 			}
-			name, _ := n.attr("name")
-			if name == "" {
-				return fmt.Errorf("%s: <net> without a name", where)
-			}
-			nic := topology.NIC{Name: name, PCI: fn}
-			if g, _ := n.attr("gdr"); g == "0" {
-				nic.GDR = topology.No // NCCL found no GPUDirect RDMA support on it
-			}
-			if p, ok := n.attr("port"); ok {
-				port, err := strconv.Atoi(p)
-				if err != nil {
-					return fmt.Errorf("%s: <net name=%q> port %q is not a number", where, name, p)
-				}
-				nic.Ports = []topology.Port{{Number: port}}
-			}
-			if sp, ok := n.attr("speed"); ok {
-				// NCCL's speed is in Mb/s; the model keeps sysfs's wording.
-				mbps, err := strconv.Atoi(sp)
-				if err != nil || mbps < 0 || mbps > 100_000_000 {
-					return fmt.Errorf("%s: <net name=%q> speed %q is not a rate in Mb/s", where, name, sp)
-				}
-				if len(nic.Ports) == 0 {
-					nic.Ports = []topology.Port{{Number: 1}}
-				}
-				nic.Ports[0].Rate = strconv.FormatFloat(float64(mbps)/1000, 'f', -1, 64) + " Gb/sec"
+			nic, err := netOf(n, fn, where)
+			if err != nil {
+				return err
 			}
 			im.t.NICs = append(im.t.NICs, nic)
 		}
@@ -255,6 +234,38 @@ func (im *importer) pci(e *element, rc topology.RootComplex, cpus string, chain 
 		im.unnamed++
 	}
 	return nil
+}
+
+// netOf reads one <net> of a NIC's <pci> at fn: its name, NCCL's gdr mark,
+// its port and its speed.
+func netOf(n *element, fn topology.PCIFunction, where string) (topology.NIC, error) {
+	name, _ := n.attr("name")
+	if name == "" {
+		return topology.NIC{}, fmt.Errorf("%s: <net> without a name", where)
+	}
+	nic := topology.NIC{Name: name, PCI: fn}
+	if g, _ := n.attr("gdr"); g == "0" {
+		nic.GDR = topology.No // NCCL found no GPUDirect RDMA support on it
+	}
+	if p, ok := n.attr("port"); ok {
+		port, err := strconv.Atoi(p)
+		if err != nil {
+			return topology.NIC{}, fmt.Errorf("%s: <net name=%q> port %q is not a number", where, name, p)
+		}
+		nic.Ports = []topology.Port{{Number: port}}
+	}
+	if sp, ok := n.attr("speed"); ok {
+		// NCCL's speed is in Mb/s; the model keeps sysfs's wording.
+		mbps, err := strconv.Atoi(sp)
+		if err != nil || mbps < 0 || mbps > 100_000_000 {
+			return topology.NIC{}, fmt.Errorf("%s: <net name=%q> speed %q is not a rate in Mb/s", where, name, sp)
+		}
+		if len(nic.Ports) == 0 {
+			nic.Ports = []topology.Port{{Number: 1}}
+		}
+		nic.Ports[0].Rate = strconv.FormatFloat(float64(mbps)/1000, 'f', -1, 64) + " Gb/sec"
+	}
+	return nic, nil
 }
 
 func (im *importer) addBridge(b topology.Bridge) {
