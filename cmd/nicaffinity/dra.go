@@ -38,8 +38,10 @@ func printDRACheck(w io.Writer, c dra.Check, output string) error {
 		fmt.Fprintf(&sb, "DRA pcieRoot on %s: cannot tell. %s\n", c.Machine, c.Why)
 	case c.Enough:
 		fmt.Fprintf(&sb, "DRA pcieRoot on %s: enough. Every GPU-NIC pair on one root is at %s or closer (%d pairs), and every GPU with an aligned NIC has one on its root: matchAttribute: resource.kubernetes.io/pcieRoot aligns them.\n", c.Machine, c.MaxLevel, c.SameRoot)
-	default:
+	case len(c.Unaligned) > 0:
 		fmt.Fprintf(&sb, "DRA pcieRoot on %s: NOT enough. %d of %d GPU-NIC pairs on one root are past %s, so matchAttribute on pcieRoot can give a pair without GPUDirect RDMA. Use a template with a derived attribute (nicaffinity dra claims --derived).\n", c.Machine, len(c.Unaligned), c.SameRoot, c.MaxLevel)
+	default:
+		fmt.Fprintf(&sb, "DRA pcieRoot on %s: NOT enough. %d GPUs have aligned NICs (at %s or closer) only on other roots, so matchAttribute on pcieRoot refuses every aligned pair of theirs. Use a template with a derived attribute (nicaffinity dra claims --derived).\n", c.Machine, len(c.Stranded), c.MaxLevel)
 	}
 	pairs := func(title string, ps []dra.Pair) {
 		if len(ps) == 0 {

@@ -136,7 +136,7 @@ func TestDRADocsAgree(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := dra.CheckTopology(r[1], topo, topology.LevelPXB)
+		c := dra.CheckTopology(r[1], topo, topology.LevelP2C)
 		got := []string{map[bool]string{true: "yes", false: "no"}[c.Enough], itoa(c.SameRoot), itoa(len(c.Unaligned))}
 		if strings.Join(got, " ") != strings.Join(r[2:5], " ") {
 			t.Errorf("docs/dra.md says %s: %v; topo --dra says %v", r[1], r[2:5], got)

@@ -78,7 +78,7 @@ func (o *topoOptions) run(w io.Writer, nvml discovery.NVMLReader) error {
 		return err
 	}
 	if o.dra {
-		return printDRACheck(w, dra.CheckTopology(o.sourceName(), topo, topology.LevelPXB), o.output)
+		return printDRACheck(w, dra.CheckTopology(o.sourceName(), topo, topology.LevelP2C), o.output)
 	}
 	m := topo.Matrix()
 	if o.output == "json" {

@@ -66,14 +66,20 @@ func CheckTopology(machine string, t *topology.Topology, maxLevel topology.Level
 		c.Why = fmt.Sprintf("the %s source names no PCIe host bridges, only CPUs: pcieRoot cannot be told from it (read the machine's sysfs instead)", t.Source)
 		return c
 	}
-	m := t.Matrix()
+	// The decision levels: P2C where NCCL's rule gives a Grace GPU's pair
+	// P2C, which no pcieRoot match can see. Without such a pair P2C or
+	// closer is PXB or closer, and the check says PXB.
+	align := t.AlignLevels()
+	if maxLevel == topology.LevelP2C && !hasP2C(align) {
+		c.MaxLevel = topology.LevelPXB.String()
+	}
 	for i, g := range t.GPUs {
 		sameRootAligned, anyAligned := false, false
 		for j, n := range t.NICs {
 			if n.PhysFn != "" {
 				continue
 			}
-			l := m.Cells[i][len(t.GPUs)+j].Level
+			l := align[i][j]
 			p := Pair{GPU: g.Index, GPUBusID: g.PCI.Address, GPURoot: g.PCI.RootComplex, NIC: n.Name, NICBusID: n.PCI.Address, NICRoot: n.PCI.RootComplex, Level: l.String()}
 			same := g.PCI.RootComplex == n.PCI.RootComplex
 			aligned := l <= maxLevel
@@ -95,4 +101,15 @@ func CheckTopology(machine string, t *topology.Topology, maxLevel topology.Level
 	}
 	c.Enough = len(c.Unaligned) == 0 && len(c.Stranded) == 0
 	return c
+}
+
+func hasP2C(levels [][]topology.Level) bool {
+	for _, row := range levels {
+		for _, l := range row {
+			if l == topology.LevelP2C {
+				return true
+			}
+		}
+	}
+	return false
 }

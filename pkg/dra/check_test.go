@@ -49,3 +49,17 @@ func TestCheckShapes(t *testing.T) {
 		}
 	})
 }
+
+// TestCheckTopologyGrace: on a GB200 tray NCCL reaches each GPU's NICs at
+// P2C, on other roots than the GPU's: pcieRoot is not enough, every GPU is
+// stranded, and the check says P2C; at PXB the same tray has no aligned
+// pair at all.
+func TestCheckTopologyGrace(t *testing.T) {
+	c := CheckTopology("gb200", machine(t, machines.GB200Tray), topology.LevelP2C)
+	if c.Enough || len(c.Stranded) != 4 || len(c.Missed) != 8 || c.MaxLevel != "P2C" {
+		t.Errorf("GB200 at P2C: enough %v, stranded %v, %d missed, level %s; want not enough, 4 stranded, 8 missed, P2C", c.Enough, c.Stranded, len(c.Missed), c.MaxLevel)
+	}
+	if c := CheckTopology("h100", machine(t, machines.HGXH100), topology.LevelP2C); !c.Enough || c.MaxLevel != "PXB" {
+		t.Errorf("HGX H100 at P2C: enough %v, level %s; want enough, shown as PXB", c.Enough, c.MaxLevel)
+	}
+}
