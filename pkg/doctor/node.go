@@ -140,7 +140,7 @@ func nodePorts(b *builder, pfs []topology.NIC, o NodeOptions) {
 // and says NCCL's path to it and whether NCCL's defaults use GPUDirect
 // RDMA there (docs/levels.md, "Aligned: NCCL's rule").
 func nodeTopology(b *builder, t *topology.Topology, o NodeOptions) {
-	align, paths := t.AlignLevels(), t.NCCLPaths()
+	align, paths := t.AlignLevelsAndPaths()
 	for i, gpu := range t.GPUs {
 		best, bestLevel := -1, topology.LevelSYS+1
 		for j, n := range t.NICs {

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
-
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 )
 
@@ -35,13 +33,13 @@ func railsCheck(b *builder, s ClusterState) {
 			if z.Type != nrt.ZoneNIC {
 				continue
 			}
-			rail := zoneAttr(z, nrt.AttrRail)
+			rail := nrt.AttrValue(z.Attributes, nrt.AttrRail)
 			if rail == "" {
 				continue
 			}
 			rails[rail] = true
 			nics = append(nics, railNIC{node: n.Name, nic: strings.TrimPrefix(z.Name, nrt.PrefixNIC), rail: rail,
-				linkLayer: zoneAttr(z, nrt.AttrLinkLayer), rate: zoneAttr(z, nrt.AttrRate)})
+				linkLayer: nrt.AttrValue(z.Attributes, nrt.AttrLinkLayer), rate: nrt.AttrValue(z.Attributes, nrt.AttrRate)})
 		}
 		sets[n.Name] = slices.Sorted(maps.Keys(rails))
 	}
@@ -128,13 +126,4 @@ func listOf(items []string) string {
 		return strings.Join(items[:5], ", ") + fmt.Sprintf(" and %d more", len(items)-5)
 	}
 	return strings.Join(items, ", ")
-}
-
-func zoneAttr(z v1alpha2.Zone, name string) string {
-	for _, a := range z.Attributes {
-		if a.Name == name {
-			return a.Value
-		}
-	}
-	return ""
 }

@@ -46,7 +46,6 @@ type Verifier struct {
 	MaxLevel topology.Level
 
 	devices *nrt.Devices
-	matrix  *topology.Matrix
 	// align are the decision levels of every GPU-NIC pair (P2C where
 	// NCCL's rule gives it).
 	align [][]topology.Level
@@ -54,7 +53,7 @@ type Verifier struct {
 
 // NewVerifier prepares a verifier for one topology.
 func NewVerifier(node string, t *topology.Topology, r nrt.Resources, rdmaPrefixes []string, maxLevel topology.Level) *Verifier {
-	return &Verifier{Node: node, Topology: t, Resources: r, RDMAPrefixes: rdmaPrefixes, MaxLevel: maxLevel, devices: nrt.NewDevices(t), matrix: t.Matrix(), align: t.AlignLevels()}
+	return &Verifier{Node: node, Topology: t, Resources: r, RDMAPrefixes: rdmaPrefixes, MaxLevel: maxLevel, devices: nrt.NewDevices(t), align: t.AlignLevels()}
 }
 
 func (v *Verifier) isRDMA(resource string) bool {

@@ -58,7 +58,7 @@ func TestBuilderPieces(t *testing.T) {
 	if !problemsSay(b.problems, `"0000:ee:00.2" is not a VF of any RDMA device`) || len(b.pfPools) != 0 {
 		t.Errorf("readVFPools: pools %v, problems %v", b.pfPools, b.problems)
 	}
-	if obj := b.header(); obj.Name != "n" || attrValue(obj.Attributes, AttrSchema) != SchemaVersion {
+	if obj := b.header(); obj.Name != "n" || AttrValue(obj.Attributes, AttrSchema) != SchemaVersion {
 		t.Errorf("header: %+v", obj)
 	}
 	switches := b.switchZones()
@@ -74,7 +74,7 @@ func TestBuilderPieces(t *testing.T) {
 			t.Errorf("GPU 0 has a cost to the NIC that is down")
 		}
 	}
-	if attrValue(gpus[0].Attributes, AttrHealth) != HealthMissing || gpus[2].Resources[0].Available.Value() != 0 {
-		t.Errorf("GPU 0 health %q, GPU 2 available %v", attrValue(gpus[0].Attributes, AttrHealth), gpus[2].Resources[0].Available)
+	if AttrValue(gpus[0].Attributes, AttrHealth) != HealthMissing || gpus[2].Resources[0].Available.Value() != 0 {
+		t.Errorf("GPU 0 health %q, GPU 2 available %v", AttrValue(gpus[0].Attributes, AttrHealth), gpus[2].Resources[0].Available)
 	}
 }

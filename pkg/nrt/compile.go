@@ -250,17 +250,17 @@ func (c *Compiled) compileNICs(obj *v1alpha2.NodeResourceTopology, zones map[str
 		if p, ok := zones[z.Parent]; !ok || p.Type != ZonePCIeSwitch {
 			return nil, fmt.Errorf("NIC zone %s: parent %q is not a PCIeSwitch zone", z.Name, z.Parent)
 		}
-		if state := attrValue(z.Attributes, AttrState); state != "" && state != "ACTIVE" && state != "UNKNOWN" {
+		if state := AttrValue(z.Attributes, AttrState); state != "" && state != "ACTIVE" && state != "UNKNOWN" {
 			continue // published as down: not offered
 		}
 		if len(c.NICs) == MaxNICs {
 			return nil, fmt.Errorf("more than %d NIC zones", MaxNICs)
 		}
 		nic := CompiledNIC{Zone: z.Name, Name: strings.TrimPrefix(z.Name, PrefixNIC), Switch: z.Parent}
-		port, _ := strconv.Atoi(attrValue(z.Attributes, AttrPort))
-		nic.Block = topology.PortBlock(nic.Name, topology.Port{Number: port, LinkLayer: attrValue(z.Attributes, AttrLinkLayer), RoCEv2: attrValue(z.Attributes, AttrRoCEv2)})
-		if rail := attrValue(z.Attributes, AttrRail); rail != "" {
-			src := attrValue(z.Attributes, AttrRailSource)
+		port, _ := strconv.Atoi(AttrValue(z.Attributes, AttrPort))
+		nic.Block = topology.PortBlock(nic.Name, topology.Port{Number: port, LinkLayer: AttrValue(z.Attributes, AttrLinkLayer), RoCEv2: AttrValue(z.Attributes, AttrRoCEv2)})
+		if rail := AttrValue(z.Attributes, AttrRail); rail != "" {
+			src := AttrValue(z.Attributes, AttrRailSource)
 			if !ValidRail(rail) || !slices.Contains([]string{RailFromMap, RailFromSubnet, RailFromPCIRank}, src) {
 				return nil, fmt.Errorf("NIC zone %s: rail %q from %q is not a rail from %s, %s or %s", z.Name, truncate(rail, 64), truncate(src, 64), RailFromMap, RailFromSubnet, RailFromPCIRank)
 			}
@@ -299,7 +299,7 @@ func (c *Compiled) compileGPUs(obj *v1alpha2.NodeResourceTopology, zones map[str
 		if p, ok := zones[z.Parent]; !ok || p.Type != ZonePCIeSwitch {
 			return fmt.Errorf("GPU zone %s: parent %q is not a PCIeSwitch zone", z.Name, z.Parent)
 		}
-		g := CompiledGPU{Zone: z.Name, BusID: attrValue(z.Attributes, AttrPCIBusID), UUID: attrValue(z.Attributes, AttrUUID), Switch: z.Parent, Level: make([]topology.Level, len(c.NICs))}
+		g := CompiledGPU{Zone: z.Name, BusID: AttrValue(z.Attributes, AttrPCIBusID), UUID: AttrValue(z.Attributes, AttrUUID), Switch: z.Parent, Level: make([]topology.Level, len(c.NICs))}
 		for n := range g.Level {
 			g.Level[n] = topology.LevelSYS + 1 // no cost given: unreachable
 		}
@@ -322,12 +322,12 @@ func (c *Compiled) compileGPUs(obj *v1alpha2.NodeResourceTopology, zones map[str
 		if seen == 0 && len(c.NICs) > 0 {
 			return fmt.Errorf("GPU zone %s has no costs to the node's NICs", z.Name)
 		}
-		acs, err := parseACSRedirect(z.Name, attrValue(z.Attributes, AttrACSRedirect), nicIndex)
+		acs, err := parseACSRedirect(z.Name, AttrValue(z.Attributes, AttrACSRedirect), nicIndex)
 		if err != nil {
 			return err
 		}
 		g.Published = slices.Clone(g.Level)
-		p2c, err := parseNCCLPath(z.Name, attrValue(z.Attributes, AttrNCCLPath), nicIndex)
+		p2c, err := parseNCCLPath(z.Name, AttrValue(z.Attributes, AttrNCCLPath), nicIndex)
 		if err != nil {
 			return err
 		}
@@ -590,7 +590,8 @@ func QuoteManagers(names []string) string {
 	return strings.Join(q, ", ")
 }
 
-func attrValue(list v1alpha2.AttributeList, name string) string {
+// AttrValue is the value of the attribute name in list, "" when absent.
+func AttrValue(list v1alpha2.AttributeList, name string) string {
 	for _, a := range list {
 		if a.Name == name {
 			return a.Value

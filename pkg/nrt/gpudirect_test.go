@@ -32,7 +32,7 @@ func TestBuildGPUDirect(t *testing.T) {
 	zoneAttr := func(zone, name string) string {
 		for _, z := range obj.Zones {
 			if z.Name == zone {
-				return attrValue(z.Attributes, name)
+				return AttrValue(z.Attributes, name)
 			}
 		}
 		return ""

@@ -88,10 +88,10 @@ func TestRailsPublished(t *testing.T) {
 			}
 			// Down NICs are not compiled: read the zones too.
 			for _, z := range obj.Zones {
-				if z.Type == ZoneNIC && attrValue(z.Attributes, AttrRail) != "" {
+				if z.Type == ZoneNIC && AttrValue(z.Attributes, AttrRail) != "" {
 					name := strings.TrimPrefix(z.Name, PrefixNIC)
 					if _, ok := got[name]; !ok {
-						got[name] = attrValue(z.Attributes, AttrRail) + "/" + attrValue(z.Attributes, AttrRailSource)
+						got[name] = AttrValue(z.Attributes, AttrRail) + "/" + AttrValue(z.Attributes, AttrRailSource)
 					}
 				}
 			}

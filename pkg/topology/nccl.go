@@ -317,6 +317,13 @@ func (n NIC) RateGbps() float64 {
 // level, except LevelP2C where NCCL's rule gives the pair P2C and the level
 // is farther (docs/levels.md). Without C2C they are the matrix's levels.
 func (t *Topology) AlignLevels() [][]Level {
+	align, _ := t.AlignLevelsAndPaths()
+	return align
+}
+
+// AlignLevelsAndPaths are AlignLevels and the NCCLPaths they come from,
+// computed once.
+func (t *Topology) AlignLevelsAndPaths() ([][]Level, [][]NCCLPath) {
 	m := t.Matrix()
 	paths := t.NCCLPaths()
 	out := make([][]Level, len(t.GPUs))
@@ -330,5 +337,5 @@ func (t *Topology) AlignLevels() [][]Level {
 			out[i][j] = l
 		}
 	}
-	return out
+	return out, paths
 }
