@@ -115,23 +115,10 @@ func (o *options) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// VFs are mapped to their PF's RDMA device once: SR-IOV VFs are made
-	// when the node is configured, before the device plugin offers them.
-	cfg.VFPF, cfg.VFRDMA, cfg.Ports = map[string]string{}, map[string]string{}, map[string]int{}
 	if topo, err := sysfs.New(sysfs.WithRoot(o.sysfsRoot)).Discover(); err != nil {
 		klog.ErrorS(err, "Reading the node's NICs; VF plans cannot be followed", "sysfsRoot", o.sysfsRoot)
 	} else {
-		for _, n := range topo.NICs {
-			for _, vf := range n.VFs {
-				cfg.VFPF[vf] = n.Name
-			}
-			if n.PhysFn != "" {
-				cfg.VFRDMA[n.PCI.Address] = n.Name // a VF's own RDMA device
-			}
-			if len(n.Ports) > 0 {
-				cfg.Ports[n.Name] = n.Ports[0].Number
-			}
-		}
+		cfg.SetNICs(topo)
 	}
 	rc, err := restConfig(o.kubeconfig)
 	if err != nil {

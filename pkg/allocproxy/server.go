@@ -27,6 +27,8 @@ import (
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
+
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
 // Config tunes a Proxy.
@@ -68,6 +70,29 @@ type Config struct {
 	// address (its sysfs infiniband/ entry).
 	Ports  map[string]int
 	VFRDMA map[string]string
+	// PlanLookupOff forwards every preference request to the vendor, as if
+	// no pod had a plan. It exists for one negative test, which shows that
+	// the real kubelet's plans-followed test fails without the proxy's
+	// lookup; no flag sets it.
+	PlanLookupOff bool
+}
+
+// SetNICs fills VFPF, VFRDMA and Ports from the node's topology. VFs are
+// mapped once: SR-IOV VFs are made when the node is configured, before the
+// device plugin offers them.
+func (c *Config) SetNICs(t *topology.Topology) {
+	c.VFPF, c.VFRDMA, c.Ports = map[string]string{}, map[string]string{}, map[string]int{}
+	for _, n := range t.NICs {
+		for _, vf := range n.VFs {
+			c.VFPF[vf] = n.Name
+		}
+		if n.PhysFn != "" {
+			c.VFRDMA[n.PCI.Address] = n.Name // a VF's own RDMA device
+		}
+		if len(n.Ports) > 0 {
+			c.Ports[n.Name] = n.Ports[0].Number
+		}
+	}
 }
 
 // EnvIBHCA is NCCL's variable naming the RDMA devices it may use. The proxy
@@ -614,7 +639,7 @@ func (s *frontServer) GetPreferredAllocation(ctx context.Context, req *pluginapi
 func (p *Proxy) preferred(ctx context.Context, f *front, cr *pluginapi.ContainerPreferredAllocationRequest) []string {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	if f.fronted {
+	if f.fronted && !p.cfg.PlanLookupOff {
 		req := Request{Resource: f.resource, Kind: f.kind, Available: cr.AvailableDeviceIDs, MustInclude: cr.MustIncludeDeviceIDs, Size: int(cr.AllocationSize)}
 		ch := Choose(req, p.candidates(ctx, f.resource), p.cfg.VFPF)
 		if ch.IDs != nil {
