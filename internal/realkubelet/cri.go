@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -57,7 +58,22 @@ func (r *runtime) CreateContainer(ctx context.Context, req *kubeapi.CreateContai
 	r.mu.Lock()
 	r.env[md.GetNamespace()+"/"+md.GetName()+"/"+req.GetConfig().GetMetadata().GetName()] = env
 	r.mu.Unlock()
-	return r.RemoteRuntime.CreateContainer(ctx, req)
+	resp, err := r.RemoteRuntime.CreateContainer(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	// The fake drops the log path, and the kubelet's log manager removes
+	// "<log path>*" when it cleans a container up: with an empty path,
+	// every file in its working directory. Report it as runtimes do.
+	if lp := req.GetConfig().GetLogPath(); lp != "" {
+		fr := r.RuntimeService
+		fr.Lock()
+		if c, ok := fr.Containers[resp.ContainerId]; ok {
+			c.LogPath = filepath.Join(req.GetSandboxConfig().GetLogDirectory(), lp)
+		}
+		fr.Unlock()
+	}
+	return resp, nil
 }
 
 // Env is the env the kubelet gave a pod's container, or nil.

@@ -154,7 +154,7 @@ func (k *Kubelet) path(p ...string) string { return filepath.Join(append([]strin
 
 // prepare writes the files and starts the CRI runtime.
 func (k *Kubelet) prepare() error {
-	for _, d := range []string{k.DevicePluginDir, k.path("log"), k.path("sysctl"), k.path("volume-plugins")} {
+	for _, d := range []string{k.DevicePluginDir, k.path("cwd"), k.path("log"), k.path("sysctl"), k.path("volume-plugins")} {
 		if err := os.MkdirAll(d, 0o750); err != nil {
 			return err
 		}
@@ -308,6 +308,9 @@ func (k *Kubelet) Start() error {
 		"--hostname-override=" + k.opts.NodeName, fmt.Sprintf("--v=%d", k.opts.Verbosity)}
 	cmd := exec.Command("unshare", args...)
 	cmd.Stdout, cmd.Stderr = log, log
+	// An empty directory of its own: the kubelet's log manager removes
+	// files by patterns relative to it when a runtime reports no log path.
+	cmd.Dir = k.path("cwd")
 	// The kubelet dies with the test process, even one that is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -349,6 +352,7 @@ func (k *Kubelet) Stop() {
 	if cmd == nil {
 		return
 	}
+	_ = cmd.Process.Signal(syscall.SIGCONT) // a paused kubelet must see the SIGTERM
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-exited:
@@ -356,6 +360,23 @@ func (k *Kubelet) Stop() {
 		_ = cmd.Process.Kill()
 		<-exited
 	}
+}
+
+// Pause freezes the kubelet (SIGSTOP) until Resume: a pod bound meanwhile
+// is admitted only after Resume, so a test can restart something else
+// between a pod's binding and its admission.
+func (k *Kubelet) Pause() error { return k.signal(syscall.SIGSTOP) }
+
+// Resume lets a paused kubelet run on (SIGCONT).
+func (k *Kubelet) Resume() error { return k.signal(syscall.SIGCONT) }
+
+func (k *Kubelet) signal(sig syscall.Signal) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cmd == nil {
+		return errors.New("the kubelet is not running")
+	}
+	return k.cmd.Process.Signal(sig)
 }
 
 // Restart stops and starts the kubelet.

@@ -113,21 +113,27 @@ func (v *Vendor) Registered() int {
 }
 
 // registerLoop registers whenever Dir's kubelet.sock is new (another
-// inode): at start, and after whatever serves it restarts.
+// inode or modification time: a deleted file's inode can come back) or the
+// plugin's own socket is gone (the kubelet wipes its directory when it
+// starts): at start, and after whatever serves kubelet.sock restarts.
 func (v *Vendor) registerLoop(ctx context.Context) {
 	defer close(v.done)
 	kubeletSock := filepath.Join(v.opts.Dir, "kubelet.sock")
-	var last uint64
+	type id struct {
+		ino   uint64
+		mtime int64
+	}
+	var last id
 	for {
 		if st, err := os.Stat(kubeletSock); err == nil {
-			if ino := st.Sys().(*syscall.Stat_t).Ino; ino != last {
-				// The kubelet wipes its directory when it starts: serve
-				// the socket anew before registering.
-				if _, err := os.Stat(filepath.Join(v.opts.Dir, v.socket())); err != nil {
+			cur := id{st.Sys().(*syscall.Stat_t).Ino, st.ModTime().UnixNano()}
+			_, ownErr := os.Stat(filepath.Join(v.opts.Dir, v.socket()))
+			if cur != last || ownErr != nil {
+				if ownErr != nil {
 					_ = v.stub.Restart(ctx)
 				}
 				if err := v.stub.Register(ctx, kubeletSock, v.opts.Resource, ""); err == nil {
-					last = ino
+					last = cur
 					v.mu.Lock()
 					v.registered++
 					v.mu.Unlock()
