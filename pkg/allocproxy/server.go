@@ -322,9 +322,21 @@ func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequ
 		}
 		return nil, status.Error(codes.ResourceExhausted, err.Error())
 	}
-	delete(p.fronts, req.ResourceName)
 	p.mu.Unlock()
 	if old != nil {
+		same, err := old.swapVendor(req)
+		if err == nil {
+			p.metrics.Registrations.WithLabelValues("vendor", "ok").Inc()
+			klog.InfoS("Vendor plugin registered again; the kubelet keeps its front", "resource", req.ResourceName, "endpoint", req.Endpoint)
+			if !same {
+				// PreStartRequired changed: the kubelet must hear it.
+				old.registered.Store(p.registerWithKubelet(ctx, old) == nil)
+			}
+			return &pluginapi.Empty{}, nil
+		}
+		p.mu.Lock()
+		delete(p.fronts, req.ResourceName)
+		p.mu.Unlock()
 		old.stop()
 	}
 	f, err := p.newFront(req)
@@ -371,11 +383,14 @@ type front struct {
 	kind     Kind
 	fronted  bool // the resource has plans (Kinds lists it)
 	socket   string
-	vendor   pluginapi.DevicePluginClient
-	conn     *grpc.ClientConn
-	opts     *pluginapi.DevicePluginOptions
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// The vendor behind the front: swapped when the vendor registers
+	// again, with swapped closed to tell ListAndWatch relays to follow.
+	vendor  pluginapi.DevicePluginClient
+	conn    *grpc.ClientConn
+	opts    *pluginapi.DevicePluginOptions
+	swapped chan struct{}
 	srv     *grpc.Server
 	stopped bool // replaced or shut down: never serves again
 	// registered: the kubelet has taken the front's registration since
@@ -390,7 +405,7 @@ func (p *Proxy) newFront(req *pluginapi.RegisterRequest) (*front, error) {
 	}
 	kind, fronted := p.cfg.Kinds[req.ResourceName]
 	f := &front{p: p, resource: req.ResourceName, kind: kind, fronted: fronted, conn: conn, vendor: pluginapi.NewDevicePluginClient(conn),
-		opts: req.GetOptions(), socket: filepath.Join(p.cfg.KubeletDir, FrontSocket(req.ResourceName))}
+		opts: req.GetOptions(), socket: filepath.Join(p.cfg.KubeletDir, FrontSocket(req.ResourceName)), swapped: make(chan struct{})}
 	if f.opts == nil {
 		f.opts = &pluginapi.DevicePluginOptions{}
 	}
@@ -399,6 +414,46 @@ func (p *Proxy) newFront(req *pluginapi.RegisterRequest) (*front, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// current is the vendor behind the front now, and a channel closed when
+// it is swapped.
+func (f *front) current() (pluginapi.DevicePluginClient, *pluginapi.DevicePluginOptions, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.vendor, f.opts, f.swapped
+}
+
+// swapVendor puts a vendor that registered again behind the running
+// front. The kubelet keeps its connection to the front and its
+// ListAndWatch stream (the relay follows the new vendor), so a vendor
+// restart is no re-registration to the kubelet: the kubelet's device
+// manager closes a resource's old client when the resource registers
+// again, and an admission in flight then fails (TestRealKubeletRestarts).
+// It reports whether the options the kubelet was given still hold.
+func (f *front) swapVendor(req *pluginapi.RegisterRequest) (sameOptions bool, err error) {
+	conn, err := grpc.NewClient("unix://"+filepath.Join(f.p.cfg.VendorDir, req.Endpoint), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return false, fmt.Errorf("vendor plugin socket %s: %w", req.Endpoint, err)
+	}
+	opts := req.GetOptions()
+	if opts == nil {
+		opts = &pluginapi.DevicePluginOptions{}
+	}
+	f.mu.Lock()
+	if f.stopped {
+		f.mu.Unlock()
+		_ = conn.Close()
+		return false, errors.New("front replaced or shut down")
+	}
+	old := f.conn
+	sameOptions = f.opts.PreStartRequired == opts.PreStartRequired
+	f.conn, f.vendor, f.opts = conn, pluginapi.NewDevicePluginClient(conn), opts
+	close(f.swapped)
+	f.swapped = make(chan struct{})
+	f.mu.Unlock()
+	_ = old.Close()
+	return sameOptions, nil
 }
 
 // FrontSocket is the file name of the socket that fronts resource for the
@@ -456,7 +511,8 @@ func (p *Proxy) registerWithKubelet(ctx context.Context, f *front) error {
 		return err
 	}
 	defer conn.Close()
-	opts := &pluginapi.DevicePluginOptions{PreStartRequired: f.opts.PreStartRequired, GetPreferredAllocationAvailable: true}
+	_, vopts, _ := f.current()
+	opts := &pluginapi.DevicePluginOptions{PreStartRequired: vopts.PreStartRequired, GetPreferredAllocationAvailable: true}
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
 		Version: pluginapi.Version, Endpoint: filepath.Base(f.socket), ResourceName: f.resource, Options: opts})
 	if err != nil {
@@ -478,7 +534,11 @@ type frontServer struct {
 func (s *frontServer) GetDevicePluginOptions(ctx context.Context, e *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.f.p.cfg.CallTimeout)
 	defer cancel()
-	opts, err := s.f.vendor.GetDevicePluginOptions(ctx, e)
+	var opts *pluginapi.DevicePluginOptions
+	err := s.f.vendorCall(ctx, func(v pluginapi.DevicePluginClient) (err error) {
+		opts, err = v.GetDevicePluginOptions(ctx, e)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -486,17 +546,40 @@ func (s *frontServer) GetDevicePluginOptions(ctx context.Context, e *pluginapi.E
 	return out, nil
 }
 
-// ListAndWatch relays the vendor's device lists. The vendor must send its
-// first list within CallTimeout (a device plugin sends one at once); a
-// vendor that hangs gets the stream cut, the kubelet sees an error and
-// the front registers again. Later lists come when devices change, so
-// only the first is timed.
+// ListAndWatch relays the vendor's device lists, on one stream for the
+// kubelet across vendor restarts: when the vendor's stream ends, the relay
+// waits up to CallTimeout for the vendor to register again and follows the
+// new one. The kubelet, whose device manager marks a resource unhealthy
+// when its stream ends, sees nothing of a vendor restart. The vendor must
+// send its first list within CallTimeout (a device plugin sends one at
+// once); a vendor that hangs gets the stream cut, the kubelet sees an
+// error and the front registers again. Later lists come when devices
+// change, so only the first is timed.
 func (s *frontServer) ListAndWatch(e *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	for {
+		vendor, _, swapped := s.f.current()
+		err := s.relay(vendor, e, stream)
+		if stream.Context().Err() != nil || status.Code(err) == codes.DeadlineExceeded {
+			return err
+		}
+		select {
+		case <-swapped:
+		case <-time.After(s.f.p.cfg.CallTimeout):
+			return err
+		case <-stream.Context().Done():
+			return err
+		}
+		klog.InfoS("Vendor plugin registered again; relaying its device lists on the kubelet's stream", "resource", s.f.resource)
+	}
+}
+
+// relay relays one vendor stream until it ends.
+func (s *frontServer) relay(vendor pluginapi.DevicePluginClient, e *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	var late atomic.Bool
 	first := time.AfterFunc(s.f.p.cfg.CallTimeout, func() { late.Store(true); cancel() })
-	vs, err := s.f.vendor.ListAndWatch(ctx, e)
+	vs, err := vendor.ListAndWatch(ctx, e)
 	if err != nil {
 		first.Stop()
 		return err
@@ -516,10 +599,33 @@ func (s *frontServer) ListAndWatch(e *pluginapi.Empty, stream grpc.ServerStreami
 	}
 }
 
+// vendorCall runs call against the vendor behind the front. When the
+// vendor cannot be reached and registers again before ctx ends, it runs
+// once more against the new one: a vendor restart between the kubelet's
+// calls fails no admission.
+func (f *front) vendorCall(ctx context.Context, call func(pluginapi.DevicePluginClient) error) error {
+	vendor, _, swapped := f.current()
+	err := call(vendor)
+	if status.Code(err) != codes.Unavailable {
+		return err
+	}
+	select {
+	case <-swapped:
+		vendor, _, _ = f.current()
+		return call(vendor)
+	case <-ctx.Done():
+		return err
+	}
+}
+
 func (s *frontServer) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.f.p.cfg.CallTimeout)
 	defer cancel()
-	resp, err := s.f.vendor.Allocate(ctx, req)
+	var resp *pluginapi.AllocateResponse
+	err := s.f.vendorCall(ctx, func(v pluginapi.DevicePluginClient) (err error) {
+		resp, err = v.Allocate(ctx, req)
+		return err
+	})
 	if err != nil || !s.f.fronted {
 		return resp, err
 	}
@@ -622,7 +728,12 @@ func (p *Proxy) handoutOf(resource string, ids []string) (handout, bool) {
 func (s *frontServer) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.f.p.cfg.CallTimeout)
 	defer cancel()
-	return s.f.vendor.PreStartContainer(ctx, req)
+	var resp *pluginapi.PreStartContainerResponse
+	err := s.f.vendorCall(ctx, func(v pluginapi.DevicePluginClient) (err error) {
+		resp, err = v.PreStartContainer(ctx, req)
+		return err
+	})
+	return resp, err
 }
 
 // GetPreferredAllocation answers with the plan of the pod being admitted,
@@ -656,10 +767,14 @@ func (p *Proxy) preferred(ctx context.Context, f *front, cr *pluginapi.Container
 			p.recorder.Eventf(ref, corev1.EventTypeWarning, "PlanNotFollowed", "%s: %s; the device plugin chooses instead", f.resource, ch.Message)
 		}
 	}
-	if !f.opts.GetPreferredAllocationAvailable {
+	if _, opts, _ := f.current(); !opts.GetPreferredAllocationAvailable {
 		return nil
 	}
-	vr, err := f.vendor.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{cr}})
+	var vr *pluginapi.PreferredAllocationResponse
+	err := f.vendorCall(ctx, func(v pluginapi.DevicePluginClient) (err error) {
+		vr, err = v.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{cr}})
+		return err
+	})
 	if err != nil || len(vr.GetContainerResponses()) != 1 {
 		p.metrics.Preferred.WithLabelValues(f.resource, ReasonVendorFailed).Inc()
 		klog.ErrorS(err, "The device plugin gave no preference; the kubelet chooses", "resource", f.resource)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	"github.com/k8stopologyawareschedwg/podfingerprint"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -38,6 +39,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/exporter"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
@@ -372,21 +374,38 @@ func (n *node) stopExporter() {
 	}
 }
 
-// snapshot is what the kubelet's podresources server says now.
+// snapshot is what the kubelet's podresources server says now, waiting
+// (up to a minute) for a restarted kubelet to serve it.
 func (n *node) snapshot() devices.Snapshot {
 	n.t.Helper()
+	var snap devices.Snapshot
+	var last error
+	n.poll("podresources on "+n.spec.name, 60*time.Second, func(ctx context.Context) bool {
+		snap, last = n.trySnapshot(ctx)
+		return last == nil
+	})
+	return snap
+}
+
+func (n *node) trySnapshot(ctx context.Context) (devices.Snapshot, error) {
 	src, err := podresources.Dial(n.kubelet.PodResourcesSocket, 5*time.Second)
 	if err != nil {
-		n.t.Fatal(err)
+		return devices.Snapshot{}, err
 	}
 	defer src.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	snap, err := src.Snapshot(ctx)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	return snap
+	return src.Snapshot(ctx)
+}
+
+// waitDevices waits until the kubelet's podresources offers want healthy
+// devices of res: its device plugins (again) registered.
+func (n *node) waitDevices(res string, want int) {
+	n.t.Helper()
+	n.poll(fmt.Sprintf("%d %s devices in podresources on %s", want, res, n.spec.name), 60*time.Second, func(ctx context.Context) bool {
+		snap, err := n.trySnapshot(ctx)
+		return err == nil && len(devices.IDs(snap.Allocatable, res)) == want
+	})
 }
 
 // held is the device IDs of res the kubelet lists for a pod, sorted.
@@ -502,7 +521,13 @@ func (e *env) waitBound(t *testing.T, name string) *corev1.Pod {
 		pod = p
 		return p.Spec.NodeName != "", nil
 	}); err != nil {
-		t.Fatalf("pod %s not bound: %v", name, err)
+		msg := ""
+		if evs, err := e.cp.Kube.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name}); err == nil {
+			for _, ev := range evs.Items {
+				msg += fmt.Sprintf("\n  event %s: %s", ev.Reason, ev.Message)
+			}
+		}
+		t.Fatalf("pod %s not bound: %v%s", name, err, msg)
 	}
 	return pod
 }
@@ -550,4 +575,34 @@ func (e *env) observed(t *testing.T, name string) annotations.Observed {
 		t.Fatalf("no observation for %s: %v %v", name, err, perr)
 	}
 	return out
+}
+
+// waitSynced waits until the node's object carries the fingerprint of the
+// pods the kubelet lists now and as many allocatable GPUs as it offers:
+// the exporter has caught up with the kubelet.
+func (e *env) waitSynced(t *testing.T, n *node) *v1alpha2.NodeResourceTopology {
+	t.Helper()
+	var obj *v1alpha2.NodeResourceTopology
+	n.poll("the exporter's object on "+n.spec.name+" to match the kubelet's pods", 60*time.Second, func(ctx context.Context) bool {
+		snap, err := n.trySnapshot(ctx)
+		if err != nil {
+			return false
+		}
+		o, err := e.cp.NRT.TopologyV1alpha2().NodeResourceTopologies().Get(ctx, n.spec.name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		obj = o
+		var gpus int64
+		for _, z := range o.Zones {
+			for _, r := range z.Resources {
+				if z.Type == "Node" && r.Name == gpuRes { // NUMA zones; GPU zones count them again
+					gpus += r.Allocatable.Value()
+				}
+			}
+		}
+		return nrt.AttrValue(o.Attributes, podfingerprint.Attribute) == nrt.Fingerprint(snap.Pods) &&
+			gpus == int64(len(devices.IDs(snap.Allocatable, gpuRes)))
+	})
+	return obj
 }
