@@ -274,7 +274,9 @@ func (n *node) startVendor(res string) {
 		o.Prefer = func(available, must []string, size int) []string {
 			return gpualloc.BestEffortIDs(n.topo, available, must, size)
 		}
-		o.Env = func(ids []string) map[string]string { return map[string]string{"NVIDIA_VISIBLE_DEVICES": strings.Join(ids, ",")} }
+		o.Env = func(ids []string) map[string]string {
+			return map[string]string{"NVIDIA_VISIBLE_DEVICES": strings.Join(ids, ",")}
+		}
 	}
 	v, err := realkubelet.StartVendor(o)
 	if err != nil {
@@ -578,8 +580,8 @@ func (e *env) observed(t *testing.T, name string) annotations.Observed {
 }
 
 // waitSynced waits until the node's object carries the fingerprint of the
-// pods the kubelet lists now and as many allocatable GPUs as it offers:
-// the exporter has caught up with the kubelet.
+// pods the kubelet lists now, as many allocatable GPUs as it offers and as
+// many available as its pods leave: the exporter has caught up with it.
 func (e *env) waitSynced(t *testing.T, n *node) *v1alpha2.NodeResourceTopology {
 	t.Helper()
 	var obj *v1alpha2.NodeResourceTopology
@@ -593,16 +595,23 @@ func (e *env) waitSynced(t *testing.T, n *node) *v1alpha2.NodeResourceTopology {
 			return false
 		}
 		obj = o
-		var gpus int64
+		// The fingerprint names pods only: the kubelet lists a pod while it
+		// admits it, before it holds devices, so the devices count too.
+		var alloc, avail int64
 		for _, z := range o.Zones {
 			for _, r := range z.Resources {
-				if z.Type == "Node" && r.Name == gpuRes { // NUMA zones; GPU zones count them again
-					gpus += r.Allocatable.Value()
+				if z.Type == nrt.ZoneNode && r.Name == gpuRes { // GPU zones count them again
+					alloc += r.Allocatable.Value()
+					avail += r.Available.Value()
 				}
 			}
 		}
+		offered, held := int64(len(devices.IDs(snap.Allocatable, gpuRes))), int64(0)
+		for _, p := range snap.Pods {
+			held += int64(len(devices.IDs(p.Devices, gpuRes)))
+		}
 		return nrt.AttrValue(o.Attributes, podfingerprint.Attribute) == nrt.Fingerprint(snap.Pods) &&
-			gpus == int64(len(devices.IDs(snap.Allocatable, gpuRes)))
+			alloc == offered && avail == max(offered-held, 0)
 	})
 	return obj
 }
