@@ -424,3 +424,37 @@ func (k *Kubelet) Close() {
 	}
 	os.RemoveAll(k.base)
 }
+
+// HostState records what the kubelet would change on the host if nothing
+// shadowed it: each of HostPaths (absent, or its entries with their sizes
+// and modification times) and each of Sysctls' values. Two records taken
+// around a kubelet's life must be equal.
+func HostState() map[string]string {
+	out := map[string]string{}
+	for _, p := range HostPaths {
+		var b strings.Builder
+		err := filepath.WalkDir(p, func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if info, err := d.Info(); err == nil {
+				fmt.Fprintf(&b, "%s %d %d\n", path, info.Size(), info.ModTime().UnixNano())
+			}
+			return nil
+		})
+		if errors.Is(err, os.ErrNotExist) {
+			out[p] = "absent"
+			continue
+		}
+		out[p] = b.String()
+	}
+	for _, s := range Sysctls {
+		v, err := os.ReadFile(filepath.Join("/proc/sys", s))
+		if err != nil {
+			out["sysctl "+s] = "unreadable"
+			continue
+		}
+		out["sysctl "+s] = strings.TrimSpace(string(v))
+	}
+	return out
+}

@@ -668,3 +668,18 @@ func TestProxySetsIBHCA(t *testing.T) {
 		t.Errorf("the vendor's NVIDIA_VISIBLE_DEVICES became %q", got)
 	}
 }
+
+// TestProxyWaitsForLatePlan: a plan the proxy's informer brings only after
+// the kubelet asked (both watch the same binding) is still followed, if it
+// comes within PlanWait.
+func TestProxyWaitsForLatePlan(t *testing.T) {
+	e := startEnv(t)
+	e.kubelet.plugin(gpuRes)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		e.plan("late", 1, []int{6, 7}, 0)
+	}()
+	if got := e.kubelet.admit("ml/late", gpuRes, 2); !slices.Equal(got, ids("GPU-", 6, 7)) {
+		t.Errorf("pod late got %v, want its plan GPU-6, GPU-7, which came 50 ms after the request", got)
+	}
+}

@@ -70,6 +70,11 @@ type Config struct {
 	// address (its sysfs infiniband/ entry).
 	Ports  map[string]int
 	VFRDMA map[string]string
+	// PlanWait is how long a request that finds no plan of its size looks
+	// again, for the pod informer to catch up: the kubelet and the proxy
+	// watch the same binding, and either may see it first. It is spent
+	// only by pods without a plan (and within Timeout).
+	PlanWait time.Duration
 	// PlanLookupOff forwards every preference request to the vendor, as if
 	// no pod had a plan. It exists for one negative test, which shows that
 	// the real kubelet's plans-followed test fails without the proxy's
@@ -172,6 +177,9 @@ type handout struct {
 func New(cfg Config, plans Plans, held Held, recorder record.EventRecorder, m *Metrics) *Proxy {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 2 * time.Second
+	}
+	if cfg.PlanWait <= 0 {
+		cfg.PlanWait = 250 * time.Millisecond
 	}
 	if cfg.ClaimTTL <= 0 {
 		cfg.ClaimTTL = 2 * time.Minute
@@ -753,6 +761,16 @@ func (p *Proxy) preferred(ctx context.Context, f *front, cr *pluginapi.Container
 	if f.fronted && !p.cfg.PlanLookupOff {
 		req := Request{Resource: f.resource, Kind: f.kind, Available: cr.AvailableDeviceIDs, MustInclude: cr.MustIncludeDeviceIDs, Size: int(cr.AllocationSize)}
 		ch := Choose(req, p.candidates(ctx, f.resource), p.cfg.VFPF)
+		for wait := time.After(p.cfg.PlanWait); ch.Reason == ReasonNoPlan; {
+			select {
+			case <-wait:
+			case <-ctx.Done():
+			case <-time.After(10 * time.Millisecond):
+				ch = Choose(req, p.candidates(ctx, f.resource), p.cfg.VFPF)
+				continue
+			}
+			break
+		}
 		if ch.IDs != nil {
 			p.claim(ch.Pod.Key() + "/" + f.resource)
 			p.recordHandout(f.resource, ch.IDs, *ch.Pod)

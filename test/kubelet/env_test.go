@@ -20,6 +20,7 @@ import (
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	"github.com/k8stopologyawareschedwg/podfingerprint"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -27,9 +28,13 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/nicaffinity/nicaffinity/internal/cluster"
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/internal/gpualloc"
 	"github.com/nicaffinity/nicaffinity/internal/realkubelet"
@@ -72,6 +77,8 @@ type env struct {
 	cp    *controlplane.ControlPlane
 	nodes map[string]*node
 	stop  func()
+	// sim holds simulated nodes beside the real ones (TestRealKubeletStandIn).
+	sim *cluster.Cluster
 }
 
 type node struct {
@@ -272,6 +279,10 @@ func (n *node) startVendor(res string) {
 	}
 	if res == gpuRes {
 		o.Prefer = func(available, must []string, size int) []string {
+			// The kubelet sends the free devices in map order, and
+			// go-gpuallocator breaks ties between equal GPU sets by that
+			// order: sorted, the choice is the simulated kubelet's.
+			available = slices.Sorted(slices.Values(available))
 			return gpualloc.BestEffortIDs(n.topo, available, must, size)
 		}
 		o.Env = func(ids []string) map[string]string {
@@ -311,11 +322,15 @@ func (n *node) startProxy() {
 	if n.spec.proxy != nil {
 		n.spec.proxy(&cfg)
 	}
-	p := allocproxy.New(cfg, allocproxy.PodPlans{Node: n.spec.name, Lister: n.lister}, allocproxy.PodResourcesHeld{Source: src}, nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: n.cp.Kube.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nicaffinity-allocation-proxy", Host: n.spec.name})
+	p := allocproxy.New(cfg, allocproxy.PodPlans{Node: n.spec.name, Lister: n.lister}, allocproxy.PodResourcesHeld{Source: src}, recorder, nil)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		defer broadcaster.Shutdown()
 		defer src.Close()
 		if err := p.Run(ctx); err != nil && ctx.Err() == nil {
 			n.t.Errorf("allocation proxy on %s: %v", n.spec.name, err)
@@ -614,4 +629,22 @@ func (e *env) waitSynced(t *testing.T, n *node) *v1alpha2.NodeResourceTopology {
 			alloc == offered && avail == max(offered-held, 0)
 	})
 	return obj
+}
+
+// proxyAnswers are the proxy's GetPreferredAllocation results so far, for
+// failure messages.
+func (n *node) proxyAnswers() string {
+	n.mu.Lock()
+	p := n.proxy
+	n.mu.Unlock()
+	if p == nil {
+		return "no proxy"
+	}
+	var out []string
+	for _, r := range []string{"plan", allocproxy.ReasonNoPlan, allocproxy.ReasonTaken, "unknown-device-ids", allocproxy.ReasonMustInclude, "bad-plan", allocproxy.ReasonVendorFailed} {
+		if v := testutil.ToFloat64(p.Metrics().Preferred.WithLabelValues(gpuRes, r)); v > 0 {
+			out = append(out, fmt.Sprintf("%s=%v", r, v))
+		}
+	}
+	return strings.Join(out, " ")
 }

@@ -38,7 +38,7 @@ func (e *env) followsPlan(t *testing.T, name string) {
 		return false
 	})
 	if !slices.Equal(got, want) {
-		t.Errorf("%s holds GPUs %v, plan %v", name, got, want)
+		t.Errorf("%s holds GPUs %v, plan %v (the proxy's answers: %s)", name, got, want, n.proxyAnswers())
 	}
 }
 
