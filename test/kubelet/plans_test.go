@@ -158,6 +158,20 @@ func TestRealKubeletPlansFollowed(t *testing.T) {
 		if o := e.observed(t, ps.name); o.Plan != "matched" {
 			t.Errorf("%s: exporter observed %+v, want the plan matched", ps.name, o)
 		}
+		// The proxy's NCCL_IB_HCA reaches the container through the
+		// kubelet, in the exact-match form, naming the plan's NICs.
+		if !ps.rdma {
+			continue
+		}
+		pod := e.pod(t, ps.name)
+		env := e.nodes[pod.Spec.NodeName].kubelet.Env("default", ps.name, "train")
+		var want []string
+		for _, nic := range plan(t, pod).NICs {
+			want = append(want, nic+":1")
+		}
+		if got := env["NCCL_IB_HCA"]; got != "="+strings.Join(want, ",") {
+			t.Errorf("%s: the container's NCCL_IB_HCA is %q, want %q (env %v)", ps.name, got, "="+strings.Join(want, ","), env)
+		}
 	}
 }
 
