@@ -211,3 +211,36 @@ func vfPlan(req Request, c *Candidate, available map[string]bool, vfPF map[strin
 	}
 	return Choice{IDs: ids}
 }
+
+// Unplanned is the available devices a request without a plan may take
+// without taking another pod's plan: available less every GPU that a
+// candidate's plan names (by UUID or bus ID), the must-includes kept. When
+// fewer than Size remain it is all of available: the pod is admitted
+// anyway, and the plan it takes is then not followed. VF plans name NICs,
+// not VFs, and are left to the vendor. A pod of another scheduler bound
+// beside a planned pod would otherwise get the vendor's choice, which may
+// be the planned GPUs.
+func Unplanned(req Request, cands []Candidate) []string {
+	if req.Kind != KindGPU {
+		return req.Available
+	}
+	planned := map[string]bool{}
+	for _, c := range cands {
+		for _, id := range c.Plan.GPUs {
+			planned[id] = true
+		}
+		for _, id := range c.Plan.UUIDs {
+			planned[id] = true
+		}
+	}
+	out := make([]string, 0, len(req.Available))
+	for _, id := range req.Available {
+		if !planned[id] || slices.Contains(req.MustInclude, id) {
+			out = append(out, id)
+		}
+	}
+	if len(out) < req.Size {
+		return req.Available
+	}
+	return out
+}

@@ -162,3 +162,31 @@ func TestChooseRefusesRepeatedDevices(t *testing.T) {
 		t.Errorf("Choose = %+v, want no IDs and reason %s", ch, ReasonBadPlan)
 	}
 }
+
+// TestUnplanned: a request without a plan is offered the devices no
+// pending plan names, unless too few remain.
+func TestUnplanned(t *testing.T) {
+	a := cand("a", 1, true, []string{"0000:15:00.0", "0000:16:00.0"}, "mlx5_0")
+	byBus := cand("bus", 1, false, []string{"0000:25:00.0"}, "mlx5_1")
+	uuids := []string{"GPU-0000:15:00.0", "GPU-0000:16:00.0", "GPU-0000:25:00.0", "GPU-0000:26:00.0"}
+	buses := []string{"0000:15:00.0", "0000:16:00.0", "0000:25:00.0", "0000:26:00.0"}
+	must := gpuReq(2, uuids...)
+	must.MustInclude = []string{"GPU-0000:15:00.0"}
+	for _, tc := range []struct {
+		name  string
+		req   Request
+		cands []Candidate
+		want  []string
+	}{
+		{"no plans: everything", gpuReq(1, uuids...), nil, uuids},
+		{"a's GPUs by UUID are held back", gpuReq(2, uuids...), []Candidate{a}, uuids[2:]},
+		{"GPUs named by bus ID are held back", gpuReq(1, buses...), []Candidate{byBus}, []string{"0000:15:00.0", "0000:16:00.0", "0000:26:00.0"}},
+		{"too few left: everything", gpuReq(3, uuids...), []Candidate{a}, uuids},
+		{"a must-include stays", must, []Candidate{a}, []string{"GPU-0000:15:00.0", "GPU-0000:25:00.0", "GPU-0000:26:00.0"}},
+		{"VFs are the vendor's", Request{Resource: "sriov", Kind: KindVF, Size: 1, Available: []string{"0000:18:00.2"}}, []Candidate{a}, []string{"0000:18:00.2"}},
+	} {
+		if diff := cmp.Diff(tc.want, Unplanned(tc.req, tc.cands)); diff != "" {
+			t.Errorf("%s (-want,+got):\n%s", tc.name, diff)
+		}
+	}
+}

@@ -179,7 +179,7 @@ func New(cfg Config, plans Plans, held Held, recorder record.EventRecorder, m *M
 		cfg.Timeout = 2 * time.Second
 	}
 	if cfg.PlanWait <= 0 {
-		cfg.PlanWait = 250 * time.Millisecond
+		cfg.PlanWait = time.Second
 	}
 	if cfg.ClaimTTL <= 0 {
 		cfg.ClaimTTL = 2 * time.Minute
@@ -760,16 +760,23 @@ func (p *Proxy) preferred(ctx context.Context, f *front, cr *pluginapi.Container
 	defer cancel()
 	if f.fronted && !p.cfg.PlanLookupOff {
 		req := Request{Resource: f.resource, Kind: f.kind, Available: cr.AvailableDeviceIDs, MustInclude: cr.MustIncludeDeviceIDs, Size: int(cr.AllocationSize)}
-		ch := Choose(req, p.candidates(ctx, f.resource), p.cfg.VFPF)
+		cands := p.candidates(ctx, f.resource)
+		ch := Choose(req, cands, p.cfg.VFPF)
 		for wait := time.After(p.cfg.PlanWait); ch.Reason == ReasonNoPlan; {
 			select {
 			case <-wait:
 			case <-ctx.Done():
 			case <-time.After(10 * time.Millisecond):
-				ch = Choose(req, p.candidates(ctx, f.resource), p.cfg.VFPF)
+				cands = p.candidates(ctx, f.resource)
+				ch = Choose(req, cands, p.cfg.VFPF)
 				continue
 			}
 			break
+		}
+		if ch.Reason == ReasonNoPlan {
+			// The vendor chooses, but not among other pods' plans.
+			cr = &pluginapi.ContainerPreferredAllocationRequest{AvailableDeviceIDs: Unplanned(req, cands),
+				MustIncludeDeviceIDs: cr.MustIncludeDeviceIDs, AllocationSize: cr.AllocationSize}
 		}
 		if ch.IDs != nil {
 			p.claim(ch.Pod.Key() + "/" + f.resource)

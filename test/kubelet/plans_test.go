@@ -149,7 +149,11 @@ func (e *env) finishInit(t *testing.T, pod, container string) {
 func TestRealKubeletPlansFollowed(t *testing.T) {
 	e := startEnv(t, burstNodes(nil)...)
 	if nf := runBurst(t, e); len(nf) > 0 {
-		t.Errorf("plans not followed: %v", nf)
+		var answers []string
+		for name, n := range e.nodes {
+			answers = append(answers, name+": "+n.proxyAnswers())
+		}
+		t.Errorf("plans not followed: %v (the proxies' answers: %s)", nf, strings.Join(answers, "; "))
 	}
 	for _, ps := range burst {
 		if ps.scheduler != "" {
