@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -257,12 +258,49 @@ func (e *Exporter) build(ctx context.Context) (*v1alpha2.NodeResourceTopology, [
 	obj, problems := nrt.Build(nrt.Input{
 		Node: e.cfg.NodeName, Topology: topo, Snapshot: snap, Claimed: cl.all, DRAPublished: cl.published, Resources: e.cfg.Resources,
 		TopologyManagerPolicy: e.cfg.TopologyManagerPolicy, TopologyManagerScope: e.cfg.TopologyManagerScope,
-		Rails: e.rails(topo),
+		Rails: e.rails(topo), Admitting: e.admitting(snap),
 	})
 	for _, p := range cl.problems {
 		problems = append(problems, nrt.Problem{Device: "ResourceSlices", Reason: p})
 	}
 	return obj, problems, snap, cl, nil
+}
+
+// admitting are the pods of snap that hold fewer devices of a resource the
+// kubelet offers than their spec asks for (nrt.Input.Admitting). A pod the
+// pod informer does not know yet is counted as it is listed.
+func (e *Exporter) admitting(snap devices.Snapshot) map[string]bool {
+	e.mu.Lock()
+	lister := e.podLister
+	e.mu.Unlock()
+	if lister == nil {
+		return nil
+	}
+	offered := map[string]bool{}
+	for _, d := range snap.Allocatable {
+		offered[d.Resource] = true
+	}
+	var out map[string]bool
+	for _, p := range snap.Pods {
+		pod, err := lister.Pods(p.Namespace).Get(p.Name)
+		if err != nil {
+			continue
+		}
+		held := map[string]int64{}
+		for _, d := range p.Devices {
+			held[d.Resource]++
+		}
+		for name, q := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}) {
+			if offered[string(name)] && held[string(name)] < q.Value() {
+				if out == nil {
+					out = map[string]bool{}
+				}
+				out[p.Namespace+"/"+p.Name] = true
+				break
+			}
+		}
+	}
+	return out
 }
 
 // topology rediscovers the node (cheap: a few hundred sysfs reads), keeping the

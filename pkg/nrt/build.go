@@ -36,6 +36,14 @@ type Input struct {
 	TopologyManagerScope  string
 	// Rails says where NIC zones' rails come from (none by default).
 	Rails Rails
+	// Admitting are the pods ("namespace/name") the kubelet lists that do
+	// not hold yet every device their spec asks for: the kubelet lists a
+	// pod while it admits it, before its devices are allocated. They are
+	// left out of the pod-set fingerprint, so that a scheduler that
+	// compares it with the pods it sees on the node (nicaffinity's cache,
+	// NodeResourceTopologyMatch's) does not take the object as counting
+	// them while their devices still show as free.
+	Admitting map[string]bool
 }
 
 // Problem is something about the node a human should hear of: a GPU the
@@ -259,7 +267,7 @@ func (b *builder) header() *v1alpha2.NodeResourceTopology {
 	obj.Attributes = v1alpha2.AttributeList{
 		{Name: AttrTopologyManagerPolicy, Value: orDefault(in.TopologyManagerPolicy, "none")},
 		{Name: AttrTopologyManagerScope, Value: orDefault(in.TopologyManagerScope, "container")},
-		{Name: podfingerprint.Attribute, Value: Fingerprint(in.Snapshot.Pods)},
+		{Name: podfingerprint.Attribute, Value: Fingerprint(counted(in.Snapshot.Pods, in.Admitting))},
 		{Name: podfingerprint.AttributeMethod, Value: podfingerprint.MethodAll},
 		{Name: AttrSchema, Value: SchemaVersion},
 	}
@@ -461,6 +469,20 @@ func nicState(n topology.NIC) string {
 		}
 	}
 	return "UNKNOWN"
+}
+
+// counted is pods less the admitting ones.
+func counted(pods []devices.Pod, admitting map[string]bool) []devices.Pod {
+	if len(admitting) == 0 {
+		return pods
+	}
+	out := make([]devices.Pod, 0, len(pods))
+	for _, p := range pods {
+		if !admitting[p.Namespace+"/"+p.Name] {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Fingerprint is the pod-set fingerprint (podfingerprint, method "all") of

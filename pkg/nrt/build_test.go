@@ -334,3 +334,21 @@ func TestNUMAZones(t *testing.T) {
 		t.Errorf("problems = %v", problems)
 	}
 }
+
+// TestFingerprintLeavesOutAdmitting: a pod the kubelet lists before its
+// devices are allocated is not in the object's pod-set fingerprint, so a
+// scheduler keeps its reservation for it; once counted it is.
+func TestFingerprintLeavesOutAdmitting(t *testing.T) {
+	topo := h100(t, nil)
+	snap := devices.Snapshot{Pods: []devices.Pod{{Namespace: "ml", Name: "done"}, {Namespace: "ml", Name: "admitting"}}}
+	fp := func(admitting map[string]bool) string {
+		obj, _ := Build(Input{Node: "n", Topology: topo, Snapshot: snap, Resources: DefaultResources(), Admitting: admitting})
+		return AttrValue(obj.Attributes, "nodeTopologyPodsFingerprint")
+	}
+	if got, want := fp(map[string]bool{"ml/admitting": true}), Fingerprint(snap.Pods[:1]); got != want {
+		t.Errorf("with ml/admitting admitting: fingerprint %s, want that of ml/done alone %s", got, want)
+	}
+	if got, want := fp(nil), Fingerprint(snap.Pods); got != want {
+		t.Errorf("with none admitting: fingerprint %s, want that of both %s", got, want)
+	}
+}

@@ -153,6 +153,11 @@ func TestRealKubeletPlansFollowed(t *testing.T) {
 		for name, n := range e.nodes {
 			answers = append(answers, name+": "+n.proxyAnswers())
 		}
+		for _, ps := range burst {
+			pod := e.pod(t, ps.name)
+			n := e.nodes[pod.Spec.NodeName]
+			answers = append(answers, fmt.Sprintf("\n  %s on %s: plan %s, holds %v", ps.name, pod.Spec.NodeName, pod.Annotations["nicaffinity.io/allocation"], n.held(n.snapshot(), ps.name, gpuRes)))
+		}
 		t.Errorf("plans not followed: %v (the proxies' answers: %s)", nf, strings.Join(answers, "; "))
 	}
 	for _, ps := range burst {
