@@ -516,11 +516,7 @@ func (e *env) waitPhase(t *testing.T, name string, phases ...corev1.PodPhase) *c
 		if pod != nil {
 			msg = fmt.Sprintf("node %q, phase %q, reason %q: %s", pod.Spec.NodeName, pod.Status.Phase, pod.Status.Reason, pod.Status.Message)
 		}
-		if evs, err := e.cp.Kube.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name}); err == nil {
-			for _, ev := range evs.Items {
-				msg += fmt.Sprintf("\n  event %s: %s", ev.Reason, ev.Message)
-			}
-		}
+		msg += e.events(name)
 		t.Fatalf("pod %s did not reach %v (%s): %v", name, phases, msg, err)
 	}
 	return pod
@@ -539,11 +535,7 @@ func (e *env) waitBound(t *testing.T, name string) *corev1.Pod {
 		return p.Spec.NodeName != "", nil
 	}); err != nil {
 		msg := ""
-		if evs, err := e.cp.Kube.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name}); err == nil {
-			for _, ev := range evs.Items {
-				msg += fmt.Sprintf("\n  event %s: %s", ev.Reason, ev.Message)
-			}
-		}
+		msg += e.events(name)
 		t.Fatalf("pod %s not bound: %v%s", name, err, msg)
 	}
 	return pod
@@ -647,4 +639,17 @@ func (n *node) proxyAnswers() string {
 		}
 	}
 	return strings.Join(out, " ")
+}
+
+// events lists a pod's Events, one per line, for failure messages.
+func (e *env) events(pod string) string {
+	evs, err := e.cp.Kube.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
+	if err != nil {
+		return "\n  (events: " + err.Error() + ")"
+	}
+	var b strings.Builder
+	for _, ev := range evs.Items {
+		fmt.Fprintf(&b, "\n  event %s: %s", ev.Reason, ev.Message)
+	}
+	return b.String()
 }
