@@ -132,6 +132,7 @@ fuzz:
 	  ./pkg/topology:FuzzNormalizeBusID \
 	  ./pkg/topology:FuzzCPUListFromMask \
 	  ./pkg/topology:FuzzACSFromConfig \
+	  ./pkg/topology:FuzzVPDReadOnly \
 	  ./pkg/topology/ncclxml:FuzzParse \
 	  ./pkg/topology/sysfs:FuzzReadAttributes \
 	  ./pkg/podresources:FuzzFromResponses \

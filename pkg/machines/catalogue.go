@@ -31,6 +31,7 @@ var Shapes = append(slices.Clone(Machines),
 	Machine{Name: "gb200-tray-4gpu-8nic", GPUs: 4, NVLinks: 18, Build: GB200Tray},
 	Machine{Name: "gh200-1gpu-4nic", GPUs: 1, Build: GH200},
 	Machine{Name: "hgx-b300-8gpu-8nic-cx8", GPUs: 8, NVLinks: 18, Build: HGXB300},
+	Machine{Name: "gb300-tray-4gpu-4nic-cx8-datadirect", GPUs: 4, NVLinks: 18, Build: GB300DataDirect},
 )
 
 // Lookup finds a sysfs shape by name.

@@ -1,6 +1,11 @@
 package machines
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -60,6 +65,11 @@ func TestNCCLOnGraceAndCX8(t *testing.T) {
 			2: {"mlx5_4:P2C", "mlx5_5:P2C"}, 3: {"mlx5_4:P2C", "mlx5_5:P2C"},
 		}},
 		{"gh200-1gpu-4nic", map[int][]string{0: {"mlx5_0:P2C", "mlx5_1:P2C", "mlx5_2:P2C", "mlx5_3:P2C"}}},
+		// Data Direct: each GPU's own NIC, measured from its Data Direct
+		// function beside the GPU, as the GB300 dump below lists it.
+		{"gb300-tray-4gpu-4nic-cx8-datadirect", map[int][]string{
+			0: {"mlx5_0:PXB"}, 1: {"mlx5_1:PXB"}, 2: {"mlx5_2:PXB"}, 3: {"mlx5_3:PXB"},
+		}},
 		// ConnectX-8 as the PCIe switch: each GPU's own NIC, PXB to NCCL
 		// as in the bundled dump below.
 		{"hgx-b300-8gpu-8nic-cx8", map[int][]string{
@@ -153,5 +163,102 @@ func TestNCCLAgreesWithDumps(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDataDirect holds the Data Direct shape to the bundled GB300 dump,
+// which lists its NICs at their Data Direct functions: each GPU's own NIC
+// is PXB to NCCL (eligible) and its only closest NIC, while nvidia-smi,
+// measuring from the PF, prints SYS (as on every pair of a tray whose GPU
+// memory is a NUMA node of its own). The decision level is NCCL's. With
+// the VPD link gone (unreadable), NCCL's rule is measured from the PF, and
+// the discovery says so in a note.
+func TestDataDirect(t *testing.T) {
+	topo, err := Load("gb300-tray-4gpu-4nic-cx8-datadirect")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type pair struct{ Smi, Align, NCCL string }
+	got := map[string]pair{}
+	align, paths := topo.AlignLevelsAndPaths()
+	m := topo.Matrix()
+	for i, g := range topo.GPUs {
+		for j, n := range topo.NICs {
+			if n.DataDirect == nil {
+				t.Fatalf("%s has no Data Direct function", n.Name)
+			}
+			got[fmt.Sprintf("GPU%d-%s", g.Index, n.Name)] = pair{m.Cells[i][len(topo.GPUs)+j].Level.String(), align[i][j].String(), paths[i][j].String()}
+		}
+	}
+	want := map[string]pair{}
+	for g := 0; g < 4; g++ {
+		for n := 0; n < 4; n++ {
+			k := fmt.Sprintf("GPU%d-mlx5_%d", g, n)
+			switch {
+			case g == n:
+				want[k] = pair{"SYS", "PXB", "PXB"}
+			case g/2 == n/2:
+				want[k] = pair{"SYS", "SYS", "PHB"}
+			default:
+				want[k] = pair{"SYS", "SYS", "SYS"}
+			}
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("levels (-want,+got):\n%s", diff)
+	}
+
+	// The same tray read without its VPD: no link, NCCL measures from the PF.
+	dir := t.TempDir()
+	tree := New(dir)
+	GB300DataDirect(tree)
+	files, err := filepath.Glob(filepath.Join(dir, "devices", "*", "*", "*", "vpd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deep, _ := filepath.Glob(filepath.Join(dir, "devices", "*", "*", "*", "*", "*", "vpd"))
+	files = append(files, deep...)
+	if len(files) != 8 {
+		t.Fatalf("found %d vpd files, want 8", len(files))
+	}
+	// One PF's VPD is garbage: a note naming the file, no link for it.
+	sort.Strings(files)
+	if err := os.WriteFile(files[0], []byte{0x82, 0xff, 0xff, 'x'}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	broken, err := tree.Reader().Discover()
+	if err != nil {
+		t.Fatalf("garbage VPD failed discovery: %v", err)
+	}
+	linked := 0
+	for _, n := range broken.NICs {
+		if n.DataDirect != nil {
+			linked++
+		}
+	}
+	if notes := strings.Join(broken.Notes, "\n"); linked != 3 || !strings.Contains(notes, files[0]+": VPD resource 0x82") {
+		t.Errorf("garbage VPD: %d NICs linked (want 3), notes:\n%s", linked, notes)
+	}
+	for _, f := range files {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plain, err := tree.Reader().Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eligible []string
+	for _, p := range plain.GPUDirectPairs() {
+		if p.GPU == 0 && p.Eligible {
+			eligible = append(eligible, p.NIC+":"+p.NCCLPath.String())
+		}
+	}
+	if diff := cmp.Diff([]string{"mlx5_0:P2C", "mlx5_1:P2C"}, eligible); diff != "" {
+		t.Errorf("GPU 0 without Data Direct known (-want,+got):\n%s", diff)
+	}
+	notes := strings.Join(plain.Notes, "\n")
+	if strings.Count(notes, "Data Direct function") != 4 {
+		t.Errorf("notes do not name the 4 unlinked Data Direct functions:\n%s", notes)
 	}
 }

@@ -40,16 +40,22 @@ func (t *Tree) bcm(path string, numa int) {
 	}
 }
 
+// twoSockets writes NUMA nodes 0 and 1 with their CPUs and the distance
+// between them.
+func (t *Tree) twoSockets(cpus []string, remote int) {
+	t.NUMANode(0, cpus[0])
+	t.NUMANode(1, cpus[1])
+	t.NUMADistances(0, 10, remote)
+	t.NUMADistances(1, remote, 10)
+}
+
 // HGXH100 is an HGX H100 board on two Sapphire Rapids sockets: every GPU has
 // one NIC behind the same Broadcom PEX89xxx switch, whose virtual sub-switches
 // put GPU and NIC two virtual levels apart (the OCI BM.GPU.H100.8 dump shows
 // that layering), and every switch hangs off its own host bridge.
 func HGXH100(t *Tree) {
 	cpus := []string{"0-47,96-143", "48-95,144-191"}
-	t.NUMANode(0, cpus[0])
-	t.NUMANode(1, cpus[1])
-	t.NUMADistances(0, 10, 21)
-	t.NUMADistances(1, 21, 10)
+	t.twoSockets(cpus, 21)
 	bases := []int{0x10, 0x30, 0x50, 0x70, 0x90, 0xb0, 0xd0, 0xe0}
 	for g, b := range bases {
 		numa := g / 4
@@ -223,10 +229,7 @@ func H20SRIOV(t *Tree) {
 // each published NIC hangs off is not known, so the shape is not pinned to it.
 func GB200Tray(t *Tree) {
 	cpus := []string{"0-71", "72-143"}
-	t.NUMANode(0, cpus[0])
-	t.NUMANode(1, cpus[1])
-	t.NUMADistances(0, 10, 40)
-	t.NUMADistances(1, 40, 10)
+	t.twoSockets(cpus, 40)
 	grace := func(domain int) string { return fmt.Sprintf("pci%04x:00/%04x:00:00.0", domain, domain) }
 	fn := func(domain int, f int) string { return fmt.Sprintf("%04x:01:00.%d", domain, f) }
 	memNUMA := []int{2, 10, 18, 26}
@@ -279,10 +282,7 @@ func GH200(t *Tree) {
 // bridge. 800 Gb/s ports; two sockets of four GPUs.
 func HGXB300(t *Tree) {
 	cpus := []string{"0-59,120-179", "60-119,180-239"}
-	t.NUMANode(0, cpus[0])
-	t.NUMANode(1, cpus[1])
-	t.NUMADistances(0, 10, 21)
-	t.NUMADistances(1, 21, 10)
+	t.twoSockets(cpus, 21)
 	const vendorCX8, cx8Switch = VendorMellanox, 0x197c
 	port := Port{LinkLayer: "InfiniBand", State: "4: ACTIVE", Rate: "800 Gb/sec (4X XDR)"}
 	for g, b := range []int{0x10, 0x20, 0x30, 0x40, 0x90, 0xa0, 0xb0, 0xc0} {
@@ -303,5 +303,58 @@ func HGXB300(t *Tree) {
 		name := fmt.Sprintf("mlx5_%d", g)
 		t.PCI(nic, Func{Vendor: VendorMellanox, Device: 0x1023, Class: ClassIB, NUMA: numa})
 		t.RDMA(nic, name, "net-"+name, port)
+	}
+}
+
+// GB300DataDirect is a GB300 compute tray with ConnectX-8 Data Direct: two
+// Grace CPUs (NUMA nodes 0 and 1), two GB300 GPUs per Grace linked to it by
+// NVLink-C2C (memory as NUMA nodes 2, 10, 18, 26). Each GPU hangs below a
+// ConnectX-8's PCIe switch (0x15b3:0x197c) on a Grace root port, and beside
+// it, on the same switch, that ConnectX-8's Data Direct function
+// (0x15b3:0x2100), as the bundled GB300 dump places them (its rdma_*_dma
+// devices). The ConnectX-8's own PF, which holds the RDMA device and its
+// netdev, is on a Grace root port of its own: where the PF sits is not in
+// the dump (NCCL lists only the Data Direct device), so that part is
+// assumed. The NIC and its Data Direct function carry one VPD unique ID,
+// which is how the reader ties them together.
+//
+// nvidia-smi measures from the PF: SYS to the GPU's own NIC, as on every
+// pair of a tray whose GPU memory is a NUMA node of its own. NCCL measures
+// from the Data Direct function: PXB, eligible, and each GPU's own NIC its
+// only closest one (the Grace's other NIC is PHB). Without the link (VPD
+// unreadable) NCCL's rule would give P2C to both NICs of the GPU's Grace.
+func GB300DataDirect(t *Tree) {
+	cpus := []string{"0-71", "72-143"}
+	t.twoSockets(cpus, 40)
+	const cx8Switch = 0x197c
+	port := Port{LinkLayer: "InfiniBand", State: "4: ACTIVE", Rate: "800 Gb/sec (4X XDR)"}
+	memNUMA := []int{2, 10, 18, 26}
+	for g := 0; g < 4; g++ {
+		s := g / 2
+		d := 0x8 + 0x10*s + g%2 // the dump's 0008, 0009, 0018, 0019
+		at := func(bus int, devfn string) string { return fmt.Sprintf("%04x:%02x:%s", d, bus, devfn) }
+		up := fmt.Sprintf("pci%04x:00/%s/%s", d, at(0, "00.0"), at(1, "00.0"))
+		t.Bridge(fmt.Sprintf("pci%04x:00/%s", d, at(0, "00.0")), VendorNVIDIA, 0x22b2, s) // Grace root port
+		t.Bridge(up, VendorMellanox, cx8Switch, s)
+		t.Bridge(up+"/"+at(2, "00.0"), VendorMellanox, cx8Switch, s)
+		t.Bridge(up+"/"+at(2, "01.0"), VendorMellanox, cx8Switch, s)
+		dd := up + "/" + at(2, "00.0") + "/" + at(3, "00.0")
+		t.PCI(dd, Func{Vendor: VendorMellanox, Device: DeviceDataDirect, Class: ClassDMA, NUMA: s})
+		inner := up + "/" + at(2, "01.0") + "/" + at(4, "00.0")
+		t.Bridge(inner, VendorMellanox, cx8Switch, s)
+		t.Bridge(inner+"/"+at(5, "00.0"), VendorMellanox, cx8Switch, s)
+		gpu := inner + "/" + at(5, "00.0") + "/" + at(6, "00.0")
+		t.PCI(gpu, Func{Vendor: VendorNVIDIA, Device: 0x31c2, Class: Class3D, NUMA: s, LocalCPUs: cpus[s]})
+		t.NUMAStatus(at(6, "00.0"), memNUMA[g])
+		// The PF on a Grace root port of its own (domains 0000-0001 and
+		// 0010-0011).
+		pd := 0x10*s + g%2
+		pf := fmt.Sprintf("pci%04x:00/%04x:00:00.0/%04x:01:00.0", pd, pd, pd)
+		name := fmt.Sprintf("mlx5_%d", g)
+		t.PCI(pf, Func{Vendor: VendorMellanox, Device: 0x1023, Class: ClassIB, NUMA: s})
+		t.RDMA(pf, name, "net-"+name, port)
+		unique := fmt.Sprintf("MT2446XZ0DD%d", g)
+		t.VPD(pf, unique)
+		t.VPD(dd, unique)
 	}
 }

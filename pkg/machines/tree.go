@@ -24,6 +24,11 @@ const (
 	Class3D     = 0x030200
 	ClassEther  = 0x020000
 	ClassIB     = 0x020700
+	// ClassDMA is what ConnectX-8's Data Direct function reports (0x0801:
+	// a DMA controller), as the bundled GB300 dump shows.
+	ClassDMA = 0x080100
+	// DeviceDataDirect is ConnectX-8's Data Direct function.
+	DeviceDataDirect = 0x2100
 )
 
 // Tree is a sysfs tree under Root.
@@ -397,4 +402,10 @@ func (t *Tree) GPUDirectReady() {
 			}
 		}
 	}
+}
+
+// VPD writes a function's VPD with the unique ID a ConnectX NIC and its
+// Data Direct function share (the "VU" keyword).
+func (t *Tree) VPD(path, unique string) {
+	t.WriteBytes("devices/"+path+"/vpd", topology.BuildVPD("NVIDIA ConnectX-8", topology.VPDUniqueKeyword, unique))
 }

@@ -173,8 +173,9 @@ func (t *Topology) bridgeACS(addr string) string {
 
 // PathBlocks lists why GPUDirect RDMA cannot run between GPU g and NIC n
 // (positions in t.GPUs and t.NICs; a VF is judged by its PF's place in the
-// tree): the host's, the NIC port's and ACS on the path. Empty when it can,
-// or when nothing known says it cannot.
+// tree, a NIC with a Data Direct function by that function's, where its
+// DMA goes): the host's, the NIC port's and ACS on the path. Empty when it
+// can, or when nothing known says it cannot.
 func (t *Topology) PathBlocks(g, n int) []string {
 	var out []string
 	if t.GPUDirect != nil {
@@ -188,11 +189,11 @@ func (t *Topology) PathBlocks(g, n int) []string {
 			out = append(out, why)
 		}
 	}
-	pci := nic.PCI
-	if nic.PhysFn != "" {
+	pci := nic.DMAFunction()
+	if nic.PhysFn != "" && nic.DataDirect == nil {
 		for _, pf := range t.NICs {
 			if pf.PCI.Address == nic.PhysFn {
-				pci = pf.PCI
+				pci = pf.DMAFunction()
 			}
 		}
 	}

@@ -49,6 +49,10 @@ type PCIRecord struct {
 	// its memory as (its numa_status), which it does only on coherent C2C
 	// systems; nil when it says none or there is no such file.
 	MemoryNUMANode *int
+	// VPDUnique is the read-only "VU" keyword of the function's VPD, read
+	// for Mellanox functions: what ties a ConnectX NIC to its Data Direct
+	// function. Empty when there is none or it could not be read.
+	VPDUnique string
 }
 
 // RDMARecord is one RDMA device.
@@ -174,6 +178,7 @@ func FromHostData(h HostData) (*Topology, error) {
 			PhysFn: r.PhysFn, TotalVFs: r.TotalVFs, VFs: r.VFs, UVerbs: rd.UVerbs,
 		})
 	}
+	t.linkDataDirect(byAddr, funcs)
 	t.Sort()
 	if err := t.Validate(); err != nil {
 		return nil, err
@@ -250,4 +255,63 @@ func splitPath(addr, path string) (rc string, chain []string, err error) {
 		chain = append(chain, b)
 	}
 	return parts[at], chain, nil
+}
+
+// Data Direct functions: ConnectX-8's DMA interface (the kernel's
+// mlx5_data_direct driver binds 0x15b3:0x2100).
+const (
+	vendorMellanox   = 0x15b3
+	deviceDataDirect = 0x2100
+)
+
+// IsDataDirect reports whether a PCI function is a ConnectX Data Direct function.
+func IsDataDirect(vendor, device uint16) bool {
+	return vendor == vendorMellanox && device == deviceDataDirect
+}
+
+// linkDataDirect gives each RDMA device the Data Direct function whose VPD
+// "VU" equals its own (a VF's: its PF's), as the kernel's mlx5 driver
+// matches them. A value two Data Direct functions share links neither, and
+// a Data Direct function no NIC matches (its VPD unreadable, say) is a
+// note: nothing is guessed.
+func (t *Topology) linkDataDirect(byAddr map[string]*PCIRecord, funcs map[string]PCIFunction) {
+	byVU := map[string][]string{}
+	var dds []string
+	for addr, r := range byAddr {
+		if IsDataDirect(r.Vendor, r.Device) {
+			dds = append(dds, addr)
+			if r.VPDUnique != "" {
+				byVU[r.VPDUnique] = append(byVU[r.VPDUnique], addr)
+			}
+		}
+	}
+	if len(dds) == 0 {
+		return
+	}
+	sort.Strings(dds)
+	linked := map[string]bool{}
+	for i := range t.NICs {
+		n := &t.NICs[i]
+		r := byAddr[n.PCI.Address]
+		if pf, ok := byAddr[n.PhysFn]; ok && n.PhysFn != "" {
+			r = pf
+		}
+		if r == nil || r.VPDUnique == "" {
+			continue
+		}
+		switch m := byVU[r.VPDUnique]; len(m) {
+		case 0:
+		case 1:
+			f := funcs[m[0]]
+			n.DataDirect = &f
+			linked[m[0]] = true
+		default:
+			t.Notes = append(t.Notes, fmt.Sprintf("RDMA device %s: Data Direct functions %s share its VPD unique ID; none is used", n.Name, strings.Join(m, ", ")))
+		}
+	}
+	for _, dd := range dds {
+		if !linked[dd] {
+			t.Notes = append(t.Notes, fmt.Sprintf("Data Direct function %s: no RDMA device has its VPD unique ID (VPD unreadable without root?); NCCL's path to its NIC is measured from the NIC", dd))
+		}
+	}
 }

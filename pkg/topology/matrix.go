@@ -26,6 +26,10 @@ type MatrixDevice struct {
 	CPUAffinity  string `json:"cpuAffinity,omitempty"`
 	NUMAAffinity string `json:"numaAffinity,omitempty"`
 	GPUNUMAID    string `json:"gpuNumaID,omitempty"`
+	// DataDirect is, for a NIC with a ConnectX Data Direct function, that
+	// function's bus ID: where NCCL measures the NIC's paths from
+	// (docs/levels.md). The matrix's levels are the PF's, as nvidia-smi's.
+	DataDirect string `json:"dataDirect,omitempty"`
 }
 
 // IsGPU reports whether the row is a GPU.
@@ -57,7 +61,11 @@ func (t *Topology) Matrix() *Matrix {
 		places = append(places, pl)
 	}
 	for i, nic := range t.NICs {
-		m.Devices = append(m.Devices, MatrixDevice{Label: "NIC" + strconv.Itoa(i), Name: nic.Name, BusID: nic.PCI.Address})
+		d := MatrixDevice{Label: "NIC" + strconv.Itoa(i), Name: nic.Name, BusID: nic.PCI.Address}
+		if nic.DataDirect != nil {
+			d.DataDirect = nic.DataDirect.Address
+		}
+		m.Devices = append(m.Devices, d)
 		places = append(places, p.place(nic.PCI))
 	}
 	for i := range m.Cells {

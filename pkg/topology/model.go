@@ -148,6 +148,22 @@ type NIC struct {
 	// /dev/infiniband/uverbs0 opens); No when the host has none for it, ""
 	// when unknown.
 	UVerbs string `json:"uverbs,omitempty"`
+	// DataDirect is the NIC's Data Direct DMA function (ConnectX-8,
+	// 0x15b3:0x2100) when it has one: a PCI function of its own, placed
+	// next to a GPU, through which the NIC's DMA to GPU memory goes while
+	// its control path stays on the PF. NCCL (NCCL_IB_DATA_DIRECT=1, its
+	// default) places the NIC there, so NCCL's path is measured from it;
+	// nvidia-smi's level stays the PF's. nil: none, or none known.
+	DataDirect *PCIFunction `json:"dataDirect,omitempty"`
+}
+
+// DMAFunction is where the NIC's DMA enters the PCIe tree as NCCL's
+// defaults see it: its Data Direct function when it has one, else its own.
+func (n NIC) DMAFunction() PCIFunction {
+	if n.DataDirect != nil {
+		return *n.DataDirect
+	}
+	return n.PCI
 }
 
 // Port is one port of an RDMA device.
@@ -266,6 +282,11 @@ func (t *Topology) Validate() error {
 		names[n.Name] = true
 		if err := check("RDMA device "+n.Name, n.PCI); err != nil {
 			return err
+		}
+		if dd := n.DataDirect; dd != nil {
+			if err := check("RDMA device "+n.Name+"'s Data Direct function", *dd); err != nil {
+				return err
+			}
 		}
 		if err := n.validateFacts(); err != nil {
 			return err

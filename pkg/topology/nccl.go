@@ -237,7 +237,9 @@ func pciePath(a, b ncclNode) NCCLPath {
 }
 
 // NCCLPaths is NCCL's path type between every GPU (rows, in t.GPUs order) and
-// every NIC (columns, in t.NICs order), P2C included, before any PXN relay:
+// every NIC (columns, in t.NICs order), P2C included, before any PXN relay,
+// each NIC placed where its DMA enters the tree (its Data Direct function
+// when it has one, NIC.DMAFunction):
 //   - over PCIe: PIX when both hang off one switch, PXB when they share one
 //     higher up, PHB through their CPU, SYS across CPUs, NET across hosts;
 //   - a GPU with C2C to its CPU gets P2C to those of its closest NICs that
@@ -258,7 +260,7 @@ func (t *Topology) NCCLPaths() [][]NCCLPath {
 	nics := make([]ncclNode, len(t.NICs))
 	rates := make([]float64, len(t.NICs))
 	for j, n := range t.NICs {
-		nics[j] = ncclPlace(n.PCI, bridges, rcs)
+		nics[j] = ncclPlace(n.DMAFunction(), bridges, rcs)
 		rates[j] = n.RateGbps()
 	}
 	out := make([][]NCCLPath, len(t.GPUs))
@@ -315,7 +317,9 @@ func (n NIC) RateGbps() float64 {
 // AlignLevels are the levels the decisions use between every GPU (rows, in
 // t.GPUs order) and every NIC (columns, in t.NICs order): nvidia-smi's
 // level, except LevelP2C where NCCL's rule gives the pair P2C and the level
-// is farther (docs/levels.md). Without C2C they are the matrix's levels.
+// is farther, and, for a NIC with a Data Direct function, the level of
+// NCCL's path from that function where it is closer (PIX, PXB or P2C)
+// (docs/levels.md). Without C2C or Data Direct they are the matrix's levels.
 func (t *Topology) AlignLevels() [][]Level {
 	align, _ := t.AlignLevelsAndPaths()
 	return align
@@ -334,8 +338,19 @@ func (t *Topology) AlignLevelsAndPaths() ([][]Level, [][]NCCLPath) {
 			if paths[i][j] == PathP2C && l > LevelP2C {
 				l = LevelP2C
 			}
+			if t.NICs[j].DataDirect != nil {
+				if dl, ok := dataDirectLevels[paths[i][j]]; ok && dl < l {
+					l = dl
+				}
+			}
 			out[i][j] = l
 		}
 	}
 	return out, paths
 }
+
+// dataDirectLevels are the decision levels NCCL's paths from a Data Direct
+// function give where they are closer than the PF's nvidia-smi level: the
+// paths NCCL's defaults use GPUDirect RDMA on. The rest keep the PF's
+// level, which is what nvidia-smi prints and no farther than NCCL's.
+var dataDirectLevels = map[NCCLPath]Level{PathPIX: LevelPIX, PathPXB: LevelPXB, PathP2C: LevelP2C}

@@ -67,7 +67,7 @@ func (r *Reader) Read() (topology.HostData, error) {
 	if err != nil {
 		return h, fmt.Errorf("sysfs root %s: %w", r.root, err)
 	}
-	if h.PCI, err = readPCI(root); err != nil {
+	if h.PCI, err = readPCI(root, &h.Notes); err != nil {
 		return h, err
 	}
 	for i := range h.PCI {
@@ -89,7 +89,7 @@ func (r *Reader) Read() (topology.HostData, error) {
 	return h, nil
 }
 
-func readPCI(root string) ([]topology.PCIRecord, error) {
+func readPCI(root string, notes *[]string) ([]topology.PCIRecord, error) {
 	dir := filepath.Join(root, "bus", "pci", "devices")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -97,7 +97,7 @@ func readPCI(root string) ([]topology.PCIRecord, error) {
 	}
 	out := make([]topology.PCIRecord, 0, len(entries))
 	for _, e := range entries {
-		rec, err := readFunction(root, filepath.Join(dir, e.Name()))
+		rec, err := readFunction(root, filepath.Join(dir, e.Name()), notes)
 		if err != nil {
 			return nil, fmt.Errorf("PCI device %s: %w", e.Name(), err)
 		}
@@ -106,7 +106,7 @@ func readPCI(root string) ([]topology.PCIRecord, error) {
 	return out, nil
 }
 
-func readFunction(root, link string) (topology.PCIRecord, error) {
+func readFunction(root, link string, notes *[]string) (topology.PCIRecord, error) {
 	var rec topology.PCIRecord
 	addr, err := topology.NormalizeBusID(filepath.Base(link))
 	if err != nil {
@@ -177,8 +177,39 @@ func readFunction(root, link string) (topology.PCIRecord, error) {
 		if rec.ACS, err = readACS(real); err != nil {
 			return rec, err
 		}
+	} else if rec.Vendor == vendorMellanox && rec.PhysFn == "" {
+		var note string
+		if rec.VPDUnique, note, err = readVPDUnique(real); err != nil {
+			return rec, err
+		} else if note != "" {
+			*notes = append(*notes, note)
+		}
 	}
 	return rec, nil
+}
+
+const vendorMellanox = 0x15b3
+
+// readVPDUnique reads the "VU" keyword of a Mellanox function's VPD, what
+// ties a ConnectX NIC to its Data Direct function. The vpd attribute is
+// readable by root only, and reading it makes the device answer config
+// cycles: without the file, or without the right to read it, the value is
+// unknown. VPD that does not parse is a note, not an error: a device's
+// VPD is firmware's, and a node must not stop being discovered over it.
+func readVPDUnique(dir string) (string, string, error) {
+	path := filepath.Join(dir, "vpd")
+	b, err := readBinary(path, topology.MaxVPD)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission):
+		return "", "", nil
+	case err != nil:
+		return "", fmt.Sprintf("%s: %v; its Data Direct function, if any, is not known", path, err), nil
+	}
+	v, _, err := topology.VPDReadOnly(b, topology.VPDUniqueKeyword)
+	if err != nil {
+		return "", fmt.Sprintf("%s: %v; its Data Direct function, if any, is not known", path, err), nil
+	}
+	return v, "", nil
 }
 
 // readNUMAStatus reads the NUMA node of a GPU's memory from the NVIDIA
