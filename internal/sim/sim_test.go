@@ -254,13 +254,13 @@ func TestPrepare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 7 nodes of 8 GPUs. Aligned: HGX H100 8+8, DGX A100 8, NDv2 0, half-NIC
-	// 4+4, H20 8.
-	if p.GPUs() != 56 || p.AlignedGPUs() != 40 {
-		t.Errorf("GPUs %d, aligned %d; want 56, 40", p.GPUs(), p.AlignedGPUs())
+	// 7 nodes of 8 GPUs and two GB200 trays of 4. Aligned: HGX H100 8+8,
+	// DGX A100 8, NDv2 0, half-NIC 4+4, H20 8, GB200 4+4 (P2C).
+	if p.GPUs() != 64 || p.AlignedGPUs() != 48 {
+		t.Errorf("GPUs %d, aligned %d; want 64, 48", p.GPUs(), p.AlignedGPUs())
 	}
 	// The H20's VFs sit on two NICs, each next to two GPUs.
-	if h20 := p.info[len(p.info)-1]; h20.Name != "h20-0" || h20.VFNICs != 2 || h20.VFGroup != 2 {
+	if h20 := p.info[len(p.info)-3]; h20.Name != "h20-0" || h20.VFNICs != 2 || h20.VFGroup != 2 {
 		t.Errorf("h20: %d NICs with VFs, at most %d GPUs next to one; want 2, 2", h20.VFNICs, h20.VFGroup)
 	}
 	b := p.Bound()

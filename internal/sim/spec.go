@@ -115,8 +115,9 @@ func (d Duration) Std() time.Duration { return time.Duration(d) }
 
 // Defaults: real shapes. HGX H100 (every GPU PIX to a NIC), DGX A100 (two
 // GPUs per NIC at PXB), Azure NDv2 (8 V100, one NIC for all: no GPUDirect
-// anywhere), the half-NIC shape (switches without a NIC), and an H20 with
-// SR-IOV VFs on two of its NICs. The load rises to 90% of the GPUs. Jobs
+// anywhere), the half-NIC shape (switches without a NIC), an H20 with
+// SR-IOV VFs on two of its NICs, and GB200 trays (4 GPUs, each aligned at
+// NCCL's P2C through its Grace, where nvidia-smi prints SYS). The load rises to 90% of the GPUs. Jobs
 // run 15 to 60 minutes of workload time (the replay's virtual clock).
 var (
 	DefaultCluster = ClusterSpec{Pools: []Pool{
@@ -125,6 +126,7 @@ var (
 		{Name: "ndv2", Count: 1, Machine: "profile/azure-ndv2-v100-8gpu"},
 		{Name: "half", Count: 2, Machine: "half-nic-8gpu-2nic"},
 		{Name: "h20", Count: 1, Machine: "h20-3e-8gpu-11nic-sriov"},
+		{Name: "gb200", Count: 2, Machine: "gb200-tray-4gpu-8nic"},
 	}}
 	DefaultWorkload = WorkloadSpec{Jobs: 64, Sizes: map[int]int{1: 4, 2: 3, 4: 2, 8: 1}, RDMAShare: 0.7, VFShare: 0.1,
 		Load: Load{From: 0.3, To: 0.9}, MinDuration: Duration(15 * time.Minute), MaxDuration: Duration(60 * time.Minute),

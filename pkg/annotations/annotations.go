@@ -18,17 +18,26 @@ const (
 	Policy = "nicaffinity.io/policy"
 	// RDMA set to "true" marks a pod that needs a NIC without requesting an RDMA resource.
 	RDMA = "nicaffinity.io/rdma"
+	// Rails is how a pod of a multi-pod job holds to its job's rails:
+	// required (only GPUs whose NICs are on the rails the job's other pods
+	// use), preferred (the default: score them first) or ignore.
+	Rails = "nicaffinity.io/rails"
 	// AllocationKey is written by the scheduler at PreBind.
 	AllocationKey = "nicaffinity.io/allocation"
 	// ObservedKey is written by the topology exporter from what the kubelet really handed out.
 	ObservedKey = "nicaffinity.io/observed"
 )
 
-// Policies.
+// Policies, of nicaffinity.io/policy and nicaffinity.io/rails.
 const (
 	PolicyRequired  = "required"
 	PolicyPreferred = "preferred"
+	// PolicyIgnore is a rails policy only.
+	PolicyIgnore = "ignore"
 )
+
+// MaxPlanRails bounds the rails a plan names: one per planned NIC at most.
+const MaxPlanRails = 64
 
 // Allocation is the scheduler's plan for a pod.
 type Allocation struct {
@@ -42,6 +51,9 @@ type Allocation struct {
 	// NICs by RDMA device name.
 	NICs  []string `json:"nics,omitempty"`
 	Level string   `json:"level,omitempty"`
+	// Rails are the rails of the planned NICs, sorted, each once; empty
+	// when the node publishes none.
+	Rails []string `json:"rails,omitempty"`
 	// NRTGeneration is the generation of the NodeResourceTopology the plan came from.
 	NRTGeneration int64 `json:"nrtGeneration"`
 }
@@ -108,6 +120,14 @@ func ParseAllocation(s string) (Allocation, error) {
 			return a, fmt.Errorf("annotation %s: level: %w", AllocationKey, err)
 		}
 	}
+	if len(a.Rails) > MaxPlanRails {
+		return a, fmt.Errorf("annotation %s: %d rails, at most %d", AllocationKey, len(a.Rails), MaxPlanRails)
+	}
+	for i, r := range a.Rails {
+		if r == "" || len(r) > 63 || strings.ContainsFunc(r, func(c rune) bool { return c <= ' ' || c >= 0x7f }) || i > 0 && r <= a.Rails[i-1] {
+			return a, fmt.Errorf("annotation %s: rails[%d]: %.70q is not a rail name in order (sorted, each once, 1-63 printable bytes)", AllocationKey, i, r)
+		}
+	}
 	return a, nil
 }
 
@@ -160,6 +180,15 @@ func ParsePolicy(s string) (string, error) {
 		return p, nil
 	}
 	return "", fmt.Errorf("annotation %s=%q: want required or preferred", Policy, s)
+}
+
+// ParseRails reads a rails annotation value.
+func ParseRails(s string) (string, error) {
+	switch p := strings.ToLower(strings.TrimSpace(s)); p {
+	case PolicyRequired, PolicyPreferred, PolicyIgnore:
+		return p, nil
+	}
+	return "", fmt.Errorf("annotation %s=%.64q: want required, preferred or ignore", Rails, s)
 }
 
 // Marshal writes v as compact JSON.

@@ -10,11 +10,11 @@ import (
 )
 
 func TestParseAllocation(t *testing.T) {
-	got, err := ParseAllocation(`{"node":"n1","gpus":["00000000:1A:00.0"],"nics":["mlx5_0"],"level":"PIX","nrtGeneration":3}`)
+	got, err := ParseAllocation(`{"node":"n1","gpus":["00000000:1A:00.0"],"nics":["mlx5_0"],"level":"PIX","rails":["0","rail-1"],"nrtGeneration":3}`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Allocation{Node: "n1", GPUs: []string{"0000:1a:00.0"}, NICs: []string{"mlx5_0"}, Level: "PIX", NRTGeneration: 3}
+	want := Allocation{Node: "n1", GPUs: []string{"0000:1a:00.0"}, NICs: []string{"mlx5_0"}, Level: "PIX", Rails: []string{"0", "rail-1"}, NRTGeneration: 3}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want,+got):\n%s", diff)
 	}
@@ -26,6 +26,12 @@ func TestParseAllocation(t *testing.T) {
 		`{"node":"n","level":"CLOSE"}`:         `level: topology level "CLOSE"`,
 		`{"node":"n","extra":1}`:               `unknown field "extra"`,
 		`{"node":"n","nrtGeneration":"seven"}`: "cannot unmarshal",
+		`{"node":"n","rails":["1","0"]}`:       "rails[1]",
+		`{"node":"n","rails":["0","0"]}`:       "rails[1]",
+		`{"node":"n","rails":[""]}`:            "rails[0]",
+		`{"node":"n","rails":["a b"]}`:         "rails[0]",
+		`{"node":"n","rails":["` + strings.Repeat("r", 64) + `"]}`:               "rails[0]",
+		`{"node":"n","rails":[` + strings.Repeat(`"r",`, MaxPlanRails) + `"s"]}`: "at most 64",
 	} {
 		if _, err := ParseAllocation(in); err == nil || !strings.Contains(err.Error(), wantErr) {
 			t.Errorf("ParseAllocation(%q) error = %v, want %q", in, err, wantErr)
@@ -78,6 +84,14 @@ func TestParseRequestAnnotations(t *testing.T) {
 	}
 	if _, err := ParsePolicy("maybe"); err == nil || !strings.Contains(err.Error(), Policy) {
 		t.Errorf("ParsePolicy(maybe) error = %v", err)
+	}
+	for in, want := range map[string]string{"required": PolicyRequired, " Preferred": PolicyPreferred, "IGNORE": PolicyIgnore} {
+		if p, err := ParseRails(in); err != nil || p != want {
+			t.Errorf("ParseRails(%q) = %q, %v; want %q", in, p, err, want)
+		}
+	}
+	if _, err := ParseRails("spine"); err == nil || !strings.Contains(err.Error(), Rails) {
+		t.Errorf("ParseRails(spine) error = %v", err)
 	}
 }
 

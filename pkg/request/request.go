@@ -107,12 +107,23 @@ type Request struct {
 	// NCCL is the NCCL environment that set MaxLevel, as the pod spells it
 	// ("NCCL_NET_GDR_LEVEL=PHB"); empty when none did.
 	NCCL string
+	// Rails is how the pod holds to its job's rails (nicaffinity.io/rails):
+	// annotations.PolicyRequired, PolicyPreferred (the default) or
+	// PolicyIgnore. It means nothing for a job of one.
+	Rails string
 }
 
 // Defaulted reports whether the request takes the config's level and
 // policy and asks for no VFs: the common request the plugin answers ahead.
 func (r *Request) Defaulted(c Config) bool {
-	return len(r.VFs) == 0 && r.MaxLevel == c.MaxLevel && r.Required == c.Required
+	return len(r.VFs) == 0 && r.MaxLevel == c.MaxLevel && r.Required == c.Required && !r.FollowsRails()
+}
+
+// FollowsRails reports whether the pod's placement depends on where its
+// job's other pods are: it belongs to a multi-pod job, needs a NIC and does
+// not ignore rails.
+func (r *Request) FollowsRails() bool {
+	return r.RDMA && r.Job.Name != "" && r.Rails != annotations.PolicyIgnore
 }
 
 // Read reads pod. ok is false for a pod that asks for no GPU (nothing for
@@ -155,6 +166,12 @@ func Read(pod *v1.Pod, c Config) (r Request, ok bool, err error) {
 	}
 	if l, src, ok := NCCLLevel(pod); ok {
 		r.MaxLevel, r.NCCL = l, src
+	}
+	r.Rails = annotations.PolicyPreferred
+	if s, ok := pod.Annotations[annotations.Rails]; ok {
+		if r.Rails, err = annotations.ParseRails(s); err != nil {
+			return Request{}, false, err
+		}
 	}
 	if s, ok := pod.Annotations[annotations.Policy]; ok {
 		p, err := annotations.ParsePolicy(s)

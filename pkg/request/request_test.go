@@ -59,8 +59,18 @@ func TestRead(t *testing.T) {
 		{name: "a bad level", pod: pod(map[string]string{annotations.MaxLevel: "CLOSE"}, nil, container("nvidia.com/gpu", "1")), err: "nicaffinity.io/max-level"},
 		{name: "a bad policy", pod: pod(map[string]string{annotations.Policy: "always"}, nil, container("nvidia.com/gpu", "1")), err: "nicaffinity.io/policy"},
 		{name: "another GPU resource is not ours", pod: pod(nil, nil, container("amd.com/gpu", "1"))},
+		{name: "rails required", pod: pod(map[string]string{annotations.Rails: "Required"}, nil, container("nvidia.com/gpu", "1", "rdma/hca", "1")), wantOK: true,
+			want: Request{GPUs: 1, RDMA: true, MaxLevel: topology.LevelP2C, Required: true, Rails: annotations.PolicyRequired}},
+		{name: "rails ignored", pod: pod(map[string]string{annotations.Rails: "ignore"}, nil, container("nvidia.com/gpu", "1", "rdma/hca", "1")), wantOK: true,
+			want: Request{GPUs: 1, RDMA: true, MaxLevel: topology.LevelP2C, Required: true, Rails: annotations.PolicyIgnore}},
+		{name: "a bad rails policy", pod: pod(map[string]string{annotations.Rails: "spine"}, nil, container("nvidia.com/gpu", "1")), err: "nicaffinity.io/rails"},
+		{name: "a job's RDMA pod follows rails, so it is not the common request", pod: jobPod(pod(nil, nil, container("nvidia.com/gpu", "2", "rdma/hca", "1"))), wantOK: true,
+			want: Request{GPUs: 2, RDMA: true, MaxLevel: topology.LevelP2C, Required: true, Job: Job{Name: "train", Source: "batch.kubernetes.io/job-name"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.wantOK && tc.want.Rails == "" {
+				tc.want.Rails = annotations.PolicyPreferred
+			}
 			got, ok, err := Read(tc.pod, cfg)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
@@ -74,7 +84,8 @@ func TestRead(t *testing.T) {
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("(-want,+got):\n%s", diff)
 			}
-			if got.Defaulted(cfg) != (ok && len(got.VFs) == 0 && got.MaxLevel == cfg.MaxLevel && got.Required == cfg.Required) {
+			follows := got.RDMA && got.Job.Name != "" && got.Rails != annotations.PolicyIgnore
+			if got.FollowsRails() != follows || got.Defaulted(cfg) != (ok && len(got.VFs) == 0 && got.MaxLevel == cfg.MaxLevel && got.Required == cfg.Required && !follows) {
 				t.Errorf("Defaulted = %v", got.Defaulted(cfg))
 			}
 		})
@@ -189,4 +200,10 @@ func TestJobOf(t *testing.T) {
 	if a.Key() == b.Key() {
 		t.Errorf("jobs of two namespaces share the key %q", a.Key())
 	}
+}
+
+// jobPod puts p in the indexed Job "train".
+func jobPod(p *v1.Pod) *v1.Pod {
+	p.Labels = map[string]string{"batch.kubernetes.io/job-name": "train"}
+	return p
 }

@@ -56,6 +56,8 @@ type Cache struct {
 	gpuResource string
 	// metrics count under the profile's name.
 	metrics profileMetrics
+	// jobs are the rails each multi-pod job's pods hold (jobs.go).
+	jobs *jobRails
 }
 
 // storeConfig is what a Cache is made with (Args.storeConfig).
@@ -112,7 +114,7 @@ func NewStaticCache(args *Args, objs ...*v1alpha2.NodeResourceTopology) *Cache {
 func newCache(cfg storeConfig) *Cache {
 	registerMetrics()
 	c := &Cache{nodes: map[string]*nodeEntry{}, podNode: map[types.UID]string{}, timeout: cfg.timeout, maxAge: cfg.maxAge, now: time.Now,
-		gpuResource: cfg.gpuResource, metrics: profileMetrics{profile: cfg.profile}, scoring: cfg.scoring}
+		gpuResource: cfg.gpuResource, metrics: profileMetrics{profile: cfg.profile}, scoring: cfg.scoring, jobs: newJobRails()}
 	c.cells.Store(&map[string]*atomic.Pointer[nodeView]{})
 	return c
 }
@@ -277,8 +279,10 @@ func (c *Cache) Unreserve(node string, pod types.UID) {
 	}
 }
 
-// forgetPod drops a pod's reservations wherever they are.
+// forgetPod drops a pod's reservations wherever they are, and its place in
+// its job's rails.
 func (c *Cache) forgetPod(pod types.UID) {
+	c.jobs.drop(pod)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	node, ok := c.podNode[pod]

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -159,5 +161,45 @@ func TestDecodeArgs(t *testing.T) {
 				t.Errorf("decodeArgs = %+v, %v", a, err)
 			}
 		})
+	}
+}
+
+// TestJobRailsCaps: the job store holds at most maxJobs jobs and
+// maxJobPods pods a job, frees a job with its last pod, keeps a job's
+// rails the union of its pods', and a pod moving jobs leaves the old one.
+func TestJobRailsCaps(t *testing.T) {
+	j := newJobRails()
+	for i := 0; i < maxJobs+5; i++ {
+		j.add(fmt.Sprintf("ns/job-%d", i), types.UID(fmt.Sprint("p", i)), []string{"0"})
+	}
+	if jobs, pods := j.size(); jobs != maxJobs || pods != maxJobs {
+		t.Fatalf("%d jobs, %d pods; want %d of each", jobs, pods, maxJobs)
+	}
+	if j.rails(fmt.Sprintf("ns/job-%d", maxJobs)) != nil {
+		t.Error("a job past the cap has rails")
+	}
+	j.drop("p0")
+	j.add("ns/late", "late", []string{"1"})
+	if got := j.rails("ns/late"); len(got) != 1 {
+		t.Errorf("a job after one went: rails %v", got)
+	}
+	j = newJobRails()
+	for i := 0; i < maxJobPods+5; i++ {
+		j.add("ns/big", types.UID(fmt.Sprint("b", i)), []string{fmt.Sprint(i % 3)})
+	}
+	if _, pods := j.size(); pods != maxJobPods {
+		t.Errorf("%d pods tracked, want %d", pods, maxJobPods)
+	}
+	if diff := cmp.Diff([]string{"0", "1", "2"}, j.rails("ns/big")); diff != "" {
+		t.Errorf("union (-want,+got):\n%s", diff)
+	}
+	j.add("ns/other", "b0", []string{"7"})
+	if got := j.rails("ns/other"); len(got) != 1 {
+		t.Errorf("moved pod: %v", got)
+	}
+	j.add("ns/x", "none", nil)
+	j.add("", "anon", []string{"1"})
+	if j.rails("ns/x") != nil || j.rails("") != nil {
+		t.Error("a pod without rails or without a job was tracked")
 	}
 }

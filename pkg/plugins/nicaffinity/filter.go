@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -60,7 +61,12 @@ func (pl *NICAffinity) filterView(v *nodeView, req *request, steps *int) *fwk.St
 			return nil
 		}
 	} else if v.feasible(req, li, steps) {
-		return nil
+		if req.rails != annotations.PolicyRequired || v.railsFit(req, li) {
+			return nil
+		}
+		pl.cache.metrics.reject(reasonRails)
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("not enough free GPUs at %s or closer on the rails of the pod's job (%s; nicaffinity.io/rails: required)",
+			v.c.Shown(topology.Levels[li]), strings.Join(req.jobRails, ", ")))
 	}
 	return pl.rejection(v, req, li, steps)
 }

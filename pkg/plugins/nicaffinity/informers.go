@@ -19,6 +19,7 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	podreq "github.com/nicaffinity/nicaffinity/pkg/request"
 )
 
 const nodeNameIndex = "nicaffinity.io/spec.nodeName"
@@ -34,11 +35,13 @@ type informerFeed struct {
 	pods cache.Indexer
 	// schedulerName is the profile's: only its pods' plans are adopted.
 	schedulerName string
+	// reader reads a pod's job and rails policy, as the plugin does.
+	reader podreq.Config
 }
 
 // newInformerFeed makes a cache and feeds it from an NRT informer and the
 // scheduler's pod and node informers.
-func newInformerFeed(ctx context.Context, h fwk.Handle, cfg storeConfig) (*informerFeed, error) {
+func newInformerFeed(ctx context.Context, h fwk.Handle, cfg storeConfig, reader podreq.Config) (*informerFeed, error) {
 	// Objects come in unstructured, so that their quantities are checked
 	// as strings (nrt.Decode) before anything parses them.
 	client, err := dynamic.NewForConfig(h.KubeConfig())
@@ -53,7 +56,7 @@ func newInformerFeed(ctx context.Context, h fwk.Handle, cfg storeConfig) (*infor
 		return nil, err
 	}
 	c := newCache(cfg)
-	f := &informerFeed{c: c, schedulerName: h.ProfileName()}
+	f := &informerFeed{c: c, schedulerName: h.ProfileName(), reader: reader}
 	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()
 	// The fingerprint check lists the pods of one node; an index keeps it
 	// O(pods on the node). If the informer already runs, fall back to a scan.
@@ -174,7 +177,11 @@ func deletedObject(obj interface{}) interface{} {
 // docs/security.md) cannot hold a node's GPUs.
 func (f *informerFeed) adoptPlan(obj interface{}) {
 	p, ok := obj.(*v1.Pod)
-	if !ok || p.Spec.NodeName == "" || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+	if !ok || p.Spec.NodeName == "" {
+		return
+	}
+	if p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+		f.c.jobs.drop(p.UID) // its rails are free for the job to leave
 		return
 	}
 	if p.Spec.SchedulerName != f.schedulerName {
@@ -198,6 +205,12 @@ func (f *informerFeed) adoptPlan(obj interface{}) {
 		fingerprint = f.fingerprintOf(plan.Node)
 	}
 	f.c.adopt(plan.Node, p.UID, plan.GPUs, fingerprint)
+	// A bound pod of a job holds its plan's rails for the job's next pods
+	// (after a scheduler restart, or once its reservation is confirmed,
+	// this is where the store learns them).
+	if r, ok, err := podreq.Read(p, f.reader); err == nil && ok && r.FollowsRails() {
+		f.c.jobs.add(r.Job.Key(), p.UID, plan.Rails)
+	}
 }
 
 // recheck confirms the reservations on a pod's node once the scheduler's

@@ -47,6 +47,7 @@ const (
 	reasonTooFew      = "too_few_aligned_gpus"
 	reasonNoVF        = "no_free_vf"
 	reasonNoGPUDirect = "gpudirect_impossible"
+	reasonRails       = "off_job_rails"
 )
 
 // Topology states (the state label).

@@ -97,7 +97,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if errs := args.Validate(); len(errs) > 0 {
 		return nil, fmt.Errorf("%s args: %w", Name, errs.ToAggregate())
 	}
-	feed, err := newInformerFeed(ctx, h, args.storeConfig(h.ProfileName()))
+	feed, err := newInformerFeed(ctx, h, args.storeConfig(h.ProfileName()), args.RequestConfig())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}

@@ -50,7 +50,8 @@ func (pl *NICAffinity) podRequest(pod *v1.Pod) (*request, bool, error) {
 	if err != nil || !ok {
 		return nil, false, err
 	}
-	req := &request{gpus: r.GPUs, rdma: r.RDMA, maxLevel: r.MaxLevel, required: r.Required, nccl: r.NCCL, job: r.Job.Key(), common: r.Defaulted(pl.reader)}
+	req := &request{gpus: r.GPUs, rdma: r.RDMA, maxLevel: r.MaxLevel, required: r.Required, nccl: r.NCCL, job: r.Job.Key(),
+		rails: r.Rails, followRails: r.FollowsRails(), common: r.Defaulted(pl.reader)}
 	for _, vf := range r.VFs {
 		req.vfs = append(req.vfs, vfRequest{resource: vf.Resource, count: vf.Count})
 	}
@@ -70,6 +71,11 @@ func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v
 	}
 	if !ok || !req.rdma && takesLargestNode(nodes, v1.ResourceName(pl.args.GPUResourceName), int64(req.gpus)) {
 		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	if req.followRails {
+		// The rails the job's pods hold now: in a pod-group cycle, those
+		// of the members reserved before this one.
+		req.jobRails = pl.cache.jobs.rails(req.job)
 	}
 	cycle.Write(stateKey, &preFilterState{req: *req})
 	return nil, nil

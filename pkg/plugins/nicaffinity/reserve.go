@@ -3,6 +3,7 @@ package nicaffinity
 import (
 	"context"
 	"encoding/json"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,6 +74,15 @@ func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v
 	}
 	for _, n := range nics {
 		alloc.NICs = append(alloc.NICs, v.c.NICs[n].Name)
+		if r := v.c.NICs[n].Rail; r != "" && !slices.Contains(alloc.Rails, r) {
+			alloc.Rails = append(alloc.Rails, r)
+		}
+	}
+	slices.Sort(alloc.Rails)
+	if s.req.followRails {
+		// The job's next pods (the next members of a pod-group cycle
+		// too) place onto these rails; Unreserve takes them back.
+		pl.cache.jobs.add(s.req.job, pod.UID, alloc.Rails)
 	}
 	if s.req.rdma && worst <= topology.LevelSYS {
 		alloc.Level = worst.String()
@@ -85,6 +95,7 @@ func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v
 // Unreserve releases what Reserve held.
 func (pl *NICAffinity) Unreserve(_ context.Context, cycle fwk.CycleState, pod *v1.Pod, node string) {
 	pl.cache.Unreserve(node, pod.UID)
+	pl.cache.jobs.drop(pod.UID)
 	if s, err := getState(cycle); err == nil && s != nil {
 		s.planned = nil
 	}

@@ -69,7 +69,16 @@ func (pl *NICAffinity) Score(_ context.Context, cycle fwk.CycleState, _ *v1.Pod,
 		return int64(a.plain), nil
 	}
 	steps := maxCallSteps
-	return pl.scoring.nodeScore(v, req, &steps), nil
+	score := pl.scoring.nodeScore(v, req, &steps)
+	if len(req.jobRails) > 0 && req.rdma {
+		// Rails first: a node where the pod fits on its job's rails
+		// ranks above every node where it does not.
+		score /= 2
+		if v.railsFit(req, levelIndex(req.maxLevel)) {
+			score += fwk.MaxNodeScore / 2
+		}
+	}
+	return score, nil
 }
 
 // scoring is how nodes are scored: a pure value made from the args once

@@ -18,6 +18,15 @@ type request struct {
 	nccl string
 	// job is the pod's job (namespace/name), "" for a job of one.
 	job string
+	// rails is how the pod holds to its job's rails (annotations'
+	// PolicyRequired, PolicyPreferred, PolicyIgnore); followRails is
+	// whether it does at all (a job's RDMA pod that does not ignore them).
+	rails       string
+	followRails bool
+	// jobRails are the rails the job's other pods hold, as the store had
+	// them at PreFilter (in a pod-group cycle, the members reserved before
+	// this one); nil when none or not followed.
+	jobRails []string
 	// common: the plugin's default level and policy, no VFs. Views carry
 	// precomputed answers for such requests (see answers).
 	common bool
@@ -196,6 +205,13 @@ func (v *nodeView) plan(req *request, li int) (gpus nrt.GPUSet) {
 	candidates := v.free
 	if req.rdma {
 		candidates &= c.AnyNear[li]
+		if len(req.jobRails) > 0 {
+			if on := v.railNear(li, req.jobRails) & candidates; on.Count() >= req.gpus {
+				candidates = on // all on the job's rails when that is enough
+			} else if req.gpus > len(req.jobRails) {
+				gpus = v.coverRails(req.jobRails, li, candidates) // else one on each of them first
+			}
+		}
 		if len(req.vfs) > 0 {
 			var near nrt.GPUSet
 			for n, free := range v.vfFree[req.vfs[0].resource] {
@@ -207,7 +223,7 @@ func (v *nodeView) plan(req *request, li int) (gpus nrt.GPUSet) {
 		}
 	}
 	pxb := levelIndex(topology.LevelPXB)
-	for picked := 0; picked < req.gpus; picked++ {
+	for picked := gpus.Count(); picked < req.gpus; picked++ {
 		best, bestKey := -1, [3]int{}
 		for g := range c.GPUs {
 			if candidates&(1<<g) == 0 || gpus&(1<<g) != 0 {
@@ -238,6 +254,52 @@ func (v *nodeView) plan(req *request, li int) (gpus nrt.GPUSet) {
 	return gpus
 }
 
+// railNear are the free GPUs at level index li or closer to a NIC on one
+// of rails.
+func (v *nodeView) railNear(li int, rails []string) nrt.GPUSet {
+	var m nrt.GPUSet
+	for n, nic := range v.c.NICs {
+		if nic.Rail != "" && slices.Contains(rails, nic.Rail) {
+			m |= v.c.Near[li][n]
+		}
+	}
+	return m & v.free
+}
+
+// railsFit reports whether the pod can take req.gpus free GPUs at level
+// index li or closer on its job's rails: every GPU next to a NIC on one of
+// the job's rails (the pod uses some of the job's rails), or, for a pod
+// that needs more GPUs than the job has rails, GPUs that reach every one
+// of them (the pod's rails include the job's). A job with no rails yet
+// fits anywhere; a node that publishes no rails fits no job that has some.
+func (v *nodeView) railsFit(req *request, li int) bool {
+	if len(req.jobRails) == 0 {
+		return true
+	}
+	if v.railNear(li, req.jobRails).Count() >= req.gpus {
+		return true
+	}
+	if req.gpus <= len(req.jobRails) {
+		return false
+	}
+	aligned := v.free & v.c.AnyNear[li]
+	return v.coverRails(req.jobRails, li, aligned) != 0 && aligned.Count() >= req.gpus
+}
+
+// coverRails picks, among candidates, one GPU next to a NIC on each of
+// rails (lowest index first), or none when some rail has no such GPU left.
+func (v *nodeView) coverRails(rails []string, li int, candidates nrt.GPUSet) nrt.GPUSet {
+	var used nrt.GPUSet
+	for _, r := range rails {
+		m := v.railNear(li, []string{r}) & candidates &^ used
+		if m == 0 {
+			return 0
+		}
+		used |= m & -m
+	}
+	return used
+}
+
 // nicsFor lists, for planned GPUs, the NIC each should use, nearest first.
 func (v *nodeView) nicsFor(req *request, gpus nrt.GPUSet) []int {
 	var nics []int
@@ -255,14 +317,25 @@ func (v *nodeView) nicsFor(req *request, gpus nrt.GPUSet) []int {
 	return nics
 }
 
+// nearestNIC is the NIC GPU g should use: the nearest, except that among
+// NICs within the pod's level one on its job's rails goes first.
 func (v *nodeView) nearestNIC(req *request, g int) int {
-	best := -1
+	best, bestKey := -1, [3]int{}
 	for n := range v.c.NICs {
 		if len(req.vfs) > 0 && v.vfFree[req.vfs[0].resource][n] <= 0 {
 			continue
 		}
-		if best < 0 || v.c.GPUs[g].Level[n] < v.c.GPUs[g].Level[best] {
-			best = n
+		level := v.c.GPUs[g].Level[n]
+		key := [3]int{0, 0, int(level)}
+		switch {
+		case len(req.jobRails) == 0:
+		case level > req.maxLevel:
+			key[0] = 1
+		case !slices.Contains(req.jobRails, v.c.NICs[n].Rail):
+			key[1] = 1
+		}
+		if best < 0 || less(key, bestKey) {
+			best, bestKey = n, key
 		}
 	}
 	return best

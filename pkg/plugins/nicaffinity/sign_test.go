@@ -42,19 +42,30 @@ func TestSignPod(t *testing.T) {
 		{"own level", must(signOf(t, pl, makePod("a", 2, map[string]string{annotations.MaxLevel: "PIX"}, rdma, "1")))},
 		{"preferred", must(signOf(t, pl, makePod("a", 2, map[string]string{annotations.Policy: "preferred"}, rdma, "1")))},
 		{"VFs", vfs},
-		{"a job", must(signOf(t, pl, inJob(makePod("a", 2, nil, rdma, "1"), "train-1")))},
+		{"a job", must(signOf(t, pl, inJob(makePod("a", 2, map[string]string{annotations.Rails: "ignore"}, rdma, "1"), "train-1")))},
 		{"NCCL's own cut-off", must(signOf(t, pl, withEnv(makePod("a", 2, nil, rdma, "1"), "NCCL_NET_GDR_LEVEL", "PHB")))},
 	} {
 		if tc.sig == base {
 			t.Errorf("%s: signs like the base pod", tc.name)
 		}
 	}
-	j1, _ := signOf(t, pl, inJob(makePod("a", 2, nil, rdma, "1"), "train-1"))
-	if j2, _ := signOf(t, pl, inJob(makePod("b", 2, nil, rdma, "1"), "train-1")); j2 != j1 {
+	ignore := map[string]string{annotations.Rails: "ignore"}
+	j1, _ := signOf(t, pl, inJob(makePod("a", 2, ignore, rdma, "1"), "train-1"))
+	if j2, _ := signOf(t, pl, inJob(makePod("b", 2, ignore, rdma, "1"), "train-1")); j2 != j1 {
 		t.Errorf("two pods of one job sign apart: %s vs %s", j1, j2)
 	}
-	if j3, _ := signOf(t, pl, inJob(makePod("c", 2, nil, rdma, "1"), "train-2")); j3 == j1 {
+	if j3, _ := signOf(t, pl, inJob(makePod("c", 2, ignore, rdma, "1"), "train-2")); j3 == j1 {
 		t.Errorf("pods of two jobs sign alike: %s", j3)
+	}
+	// A job's RDMA pod that follows its job's rails is placed by where the
+	// job's other pods went: no ranking can be reused for it.
+	for _, rails := range []map[string]string{nil, {annotations.Rails: "required"}} {
+		if _, st := signOf(t, pl, inJob(makePod("r", 2, rails, rdma, "1"), "train-1")); st.Code() != fwk.Unschedulable {
+			t.Errorf("a job's pod on its rails (%v): %v, want Unschedulable (not signable)", rails, st)
+		}
+	}
+	if _, st := signOf(t, pl, inJob(makePod("n", 2, nil), "train-1")); !st.IsSuccess() {
+		t.Errorf("a job's pod without RDMA: %v, want signed (rails mean nothing to it)", st)
 	}
 	if sig, st := signOf(t, pl, makePod("cpu", 0, nil)); !st.IsSuccess() || sig != "null" {
 		t.Errorf("pod without GPUs: %s %v, want no fragment", sig, st)

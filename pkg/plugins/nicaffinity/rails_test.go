@@ -1,0 +1,183 @@
+//go:build !race
+
+package nicaffinity
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+)
+
+// railedH100 is an HGX H100's object with NIC k (next to GPU k) on rail
+// "r<k>", the GPUs at positions used taken.
+func railedH100(t *testing.T, node string, used ...int) *v1alpha2.NodeResourceTopology {
+	t.Helper()
+	o := machineNRT(t, node, machines.HGXH100, used...)
+	k := 0
+	for i := range o.Zones {
+		if o.Zones[i].Type == nrt.ZoneNIC {
+			o.Zones[i].Attributes = append(o.Zones[i].Attributes,
+				v1alpha2.AttributeInfo{Name: nrt.AttrRail, Value: fmt.Sprintf("r%d", k)},
+				v1alpha2.AttributeInfo{Name: nrt.AttrRailSource, Value: nrt.RailFromPCIRank})
+			k++
+		}
+	}
+	if k != 8 {
+		t.Fatalf("%d NIC zones, want 8", k)
+	}
+	return o
+}
+
+// railCase is what Filter and Score said of each node.
+type railCase struct {
+	Filter map[string]string // node -> "" (passes) or the rejection
+	Score  map[string]int64
+}
+
+// runRails runs PreFilter, then Filter and Score on each node, for pod.
+func runRails(t *testing.T, pl *NICAffinity, pod *v1.Pod, nodes ...string) (fwk.CycleState, railCase) {
+	t.Helper()
+	var infos []fwk.NodeInfo
+	for _, n := range nodes {
+		infos = append(infos, nodeInfo(n, 8))
+	}
+	cycle, st := preFilter(t, pl, pod, infos...)
+	if !st.IsSuccess() {
+		t.Fatalf("PreFilter: %v", st)
+	}
+	got := railCase{Filter: map[string]string{}, Score: map[string]int64{}}
+	for _, ni := range infos {
+		got.Filter[ni.Node().Name] = pl.Filter(t.Context(), cycle, pod, ni).Message()
+		s, st := pl.Score(t.Context(), cycle, pod, ni)
+		if !st.IsSuccess() {
+			t.Fatalf("Score: %v", st)
+		}
+		got.Score[ni.Node().Name] = s
+	}
+	return cycle, got
+}
+
+// TestRailsFollowJob: a job's second pod goes where its GPUs' NICs are on
+// the rails the first pod took: Score ranks that node first, Reserve plans
+// onto those rails and records them in the plan, and under rails: required
+// Filter refuses a node whose free aligned GPUs are on other rails. A pod of
+// a job with the same name in another namespace is not steered, and the
+// job's rails go with its last pod.
+func TestRailsFollowJob(t *testing.T) {
+	// "first" has every GPU free; "low" has GPUs 0,1 free (rails r0, r1);
+	// "high" GPUs 6,7 (rails r6, r7).
+	pl, st := newTestPlugin(t, nil, railedH100(t, "first"),
+		railedH100(t, "low", 2, 3, 4, 5, 6, 7), railedH100(t, "high", 0, 1, 2, 3, 4, 5))
+	worker := func(name string, ann map[string]string) *v1.Pod {
+		return inJob(makePod(name, 2, ann, rdma, "1"), "train")
+	}
+
+	// The first pod: no rails yet, the plan takes GPUs 0,1 on "first".
+	first := worker("w0", nil)
+	firstCycle, _ := runRails(t, pl, first, "first")
+	if st := pl.Reserve(t.Context(), firstCycle, first, "first"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	s, _ := getState(firstCycle)
+	if diff := cmp.Diff([]string{"r0", "r1"}, s.planned.Rails); diff != "" {
+		t.Errorf("first plan's rails (-want,+got):\n%s", diff)
+	}
+
+	// The second pod, preferred: both nodes pass, "low" ranks first.
+	second := worker("w1", nil)
+	cycle, got := runRails(t, pl, second, "low", "high")
+	want := railCase{Filter: map[string]string{"low": "", "high": ""}, Score: got.Score}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("preferred (-want,+got):\n%s", diff)
+	}
+	if got.Score["low"] <= got.Score["high"] {
+		t.Errorf("scores %v: the node on the job's rails should rank first", got.Score)
+	}
+	if st := pl.Reserve(t.Context(), cycle, second, "low"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	s, _ = getState(cycle)
+	if diff := cmp.Diff([]string{"r0", "r1"}, s.planned.Rails); diff != "" {
+		t.Errorf("second plan's rails (-want,+got):\n%s", diff)
+	}
+	pl.Unreserve(t.Context(), cycle, second, "low")
+
+	// Required: the node on other rails is refused, and says why.
+	_, got = runRails(t, pl, worker("w2", map[string]string{annotations.Rails: "required"}), "low", "high")
+	if got.Filter["low"] != "" || !strings.Contains(got.Filter["high"], "on the rails of the pod's job (r0, r1; nicaffinity.io/rails: required)") {
+		t.Errorf("required: %q", got.Filter)
+	}
+
+	// Another namespace's job of the same name sees no rails: its pod
+	// scores both nodes alike.
+	other := worker("x0", nil)
+	other.Namespace = "tenant-b"
+	_, got = runRails(t, pl, other, "low", "high")
+	if got.Score["low"] != got.Score["high"] {
+		t.Errorf("another namespace's job was steered: %v", got.Score)
+	}
+
+	// Ignored rails: alike too.
+	_, got = runRails(t, pl, worker("w3", map[string]string{annotations.Rails: "ignore"}), "low", "high")
+	if got.Score["low"] != got.Score["high"] {
+		t.Errorf("rails: ignore was steered: %v", got.Score)
+	}
+
+	pl.Unreserve(t.Context(), firstCycle, first, "first")
+	if jobs, pods := st.jobs.size(); jobs != 0 || pods != 0 {
+		t.Errorf("after the last pod: %d jobs, %d pods tracked", jobs, pods)
+	}
+}
+
+// TestRailsWiderPod: a pod that needs more GPUs than its job has rails
+// takes one GPU on each of them, and fits only where it can.
+func TestRailsWiderPod(t *testing.T) {
+	pl, _ := newTestPlugin(t, nil, railedH100(t, "first"),
+		railedH100(t, "has-r0", 2, 3, 4, 5, 6, 7), railedH100(t, "no-r0", 0, 1, 2, 3, 4, 5))
+	first := inJob(makePod("w0", 1, map[string]string{annotations.Rails: "required"}, rdma, "1"), "wide")
+	cycle, _ := runRails(t, pl, first, "first")
+	if st := pl.Reserve(t.Context(), cycle, first, "first"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	wide := inJob(makePod("w1", 2, map[string]string{annotations.Rails: "required"}, rdma, "1"), "wide")
+	cycle, got := runRails(t, pl, wide, "has-r0", "no-r0")
+	if got.Filter["has-r0"] != "" || got.Filter["no-r0"] == "" {
+		t.Errorf("filter %q: the pod must reach rail r0", got.Filter)
+	}
+	if st := pl.Reserve(t.Context(), cycle, wide, "has-r0"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	s, _ := getState(cycle)
+	if diff := cmp.Diff([]string{"r0", "r1"}, s.planned.Rails); diff != "" {
+		t.Errorf("rails (-want,+got):\n%s", diff)
+	}
+}
+
+// TestRailsUnknown: on nodes that publish no rails nothing changes, and a
+// required pod of a job that has none yet is placed as any other.
+func TestRailsUnknown(t *testing.T) {
+	pl, st := newTestPlugin(t, nil, machineNRT(t, "a", machines.HGXH100), machineNRT(t, "b", machines.HGXH100, 0, 1))
+	p := inJob(makePod("w0", 2, map[string]string{annotations.Rails: "required"}, rdma, "1"), "norails")
+	cycle, got := runRails(t, pl, p, "a", "b")
+	if got.Filter["a"] != "" || got.Filter["b"] != "" {
+		t.Errorf("filter %q", got.Filter)
+	}
+	if st := pl.Reserve(t.Context(), cycle, p, "a"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if s, _ := getState(cycle); len(s.planned.Rails) != 0 {
+		t.Errorf("rails %v from a node that publishes none", s.planned.Rails)
+	}
+	if jobs, _ := st.jobs.size(); jobs != 0 {
+		t.Errorf("%d jobs tracked with no rails known", jobs)
+	}
+}
