@@ -45,6 +45,9 @@ type Options struct {
 	// start instead of its sysfs tree: replays never change a tree, and
 	// rediscovery on every sync was a quarter of a 64-node replay's CPU.
 	StaticTopology bool
+	// RailSource is where every exporter reads its NICs' rails from
+	// (nrt.RailFromPCIRank, ...); empty publishes none.
+	RailSource string
 }
 
 // DefaultOptions are the exporter's defaults and the guides' resource names.
@@ -176,6 +179,7 @@ func (n *Node) StartExporter() error {
 	cfg.MinWriteInterval, cfg.ResyncPeriod = n.opts.MinWriteInterval, n.opts.ResyncPeriod
 	cfg.MaxBackoff = 2 * time.Second
 	cfg.Resources.SRIOV = []string{n.opts.SRIOVResource}
+	cfg.Rails.Source = n.opts.RailSource
 	client, err := exporter.NewClient(n.cluster.CP.Config)
 	if err != nil {
 		src.Close()

@@ -65,6 +65,17 @@ type Option func(*options)
 type options struct {
 	authz  bool
 	tokens []StaticToken
+	flags  []string
+}
+
+// WithWorkloads serves the workload APIs (scheduling.k8s.io/v1beta1:
+// PodGroup, Workload) and turns on the GenericWorkload gate, as a cluster
+// that gang-schedules jobs needs: the apiserver accepts pods'
+// spec.schedulingGroup and PodGroups only then.
+func WithWorkloads() Option {
+	return func(o *options) {
+		o.flags = append(o.flags, "--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1beta1=true")
+	}
 }
 
 // StaticToken is a user that authenticates with a fixed bearer token (the
@@ -133,6 +144,7 @@ func New(ctx context.Context, opts ...Option) (*ControlPlane, error) {
 	if err := os.MkdirAll(certs, 0o700); err != nil {
 		return fail(err)
 	}
+	flags = append(flags, o.flags...)
 	srv, err := startAPIServer(ctx, certs, append([]string{"--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"}, flags...), storage)
 	if err != nil {
 		return fail(fmt.Errorf("starting kube-apiserver: %w", err))

@@ -181,3 +181,43 @@ func TestRailsUnknown(t *testing.T) {
 		t.Errorf("%d jobs tracked with no rails known", jobs)
 	}
 }
+
+// TestGangUnreserveFreesAll: what the framework does to a pod group whose
+// quorum never comes (GangScheduling's Permit times out after 5 minutes)
+// or that does not fit whole: every member reserved so far is unreserved.
+// The GPUs each held are free again on every node, and the job's rails go
+// with them, so the next attempt starts from nothing.
+func TestGangUnreserveFreesAll(t *testing.T) {
+	pl, st := newTestPlugin(t, nil, railedH100(t, "a"), railedH100(t, "b"))
+	type member struct {
+		pod   *v1.Pod
+		cycle fwk.CycleState
+		node  string
+	}
+	var members []member
+	for i, node := range []string{"a", "b", "a"} {
+		p := inJob(makePod(fmt.Sprintf("m%d", i), 2, nil, rdma, "1"), "gang")
+		cycle, _ := runRails(t, pl, p, node)
+		if st := pl.Reserve(t.Context(), cycle, p, node); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		members = append(members, member{p, cycle, node})
+	}
+	if v, _ := st.View("a"); v.free.Count() != 4 {
+		t.Fatalf("node a: %d free GPUs with two members reserved, want 4", v.free.Count())
+	}
+	if got := st.jobs.rails("default/gang"); len(got) == 0 {
+		t.Fatal("no rails recorded for the gang")
+	}
+	for _, m := range members {
+		pl.Unreserve(t.Context(), m.cycle, m.pod, m.node)
+	}
+	for _, node := range []string{"a", "b"} {
+		if v, _ := st.View(node); v.free.Count() != 8 || st.reserving(node) {
+			t.Errorf("node %s after the gang's Unreserve: %d free GPUs, reservations %v", node, v.free.Count(), st.reserving(node))
+		}
+	}
+	if jobs, pods := st.jobs.size(); jobs != 0 || pods != 0 {
+		t.Errorf("after the gang's Unreserve: %d jobs, %d pods tracked", jobs, pods)
+	}
+}
