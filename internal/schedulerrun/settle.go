@@ -361,6 +361,17 @@ func (s *Scheduler) Queued() int {
 	return len(q.PodsInActiveQ()) + len(q.PodsInBackoffQ())
 }
 
+// QueuedPods names the pods in the active and backoff queues
+// (namespace/name), in no order.
+func (s *Scheduler) QueuedPods() []string {
+	q := s.settle.queue
+	var out []string
+	for _, p := range append(q.PodsInActiveQ(), q.PodsInBackoffQ()...) {
+		out = append(out, p.Namespace+"/"+p.Name)
+	}
+	return out
+}
+
 // Pending is every pod the queue holds (active, backoff, unschedulable and
 // pod-group pools), by UID.
 func (s *Scheduler) Pending() map[types.UID]bool {

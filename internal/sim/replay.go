@@ -4,12 +4,15 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	nrtv1alpha2 "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	nrtinformers "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/generated/informers/externalversions"
 	"github.com/k8stopologyawareschedwg/podfingerprint"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +27,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/request"
 )
 
 // The replay runs on a virtual clock. Workload time moves only from one
@@ -211,6 +215,14 @@ func (r *replayer) apply(e event) error {
 	rec := r.recs[e.job]
 	switch e.kind {
 	case evArrive:
+		if r.gang(rec) {
+			pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: rec.Name, Namespace: "default"},
+				Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
+					Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(len(rec.Pods))}}}}
+			if _, err := r.cp.Kube.SchedulingV1beta1().PodGroups("default").Create(r.ctx, pg, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("create PodGroup %s: %w", rec.Name, err)
+			}
+		}
 		for k := range rec.Pods {
 			pod := r.podFor(rec, rec.Pods[k].Name)
 			r.created[pod.Name] = time.Now()
@@ -243,8 +255,16 @@ func (r *replayer) end(rec *record) error {
 		}
 		delete(r.alive, pr.Name)
 	}
+	if r.gang(rec) {
+		if err := r.cp.Kube.SchedulingV1beta1().PodGroups("default").Delete(r.ctx, rec.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete PodGroup %s: %w", rec.Name, err)
+		}
+	}
 	return nil
 }
+
+// gang reports whether the column places rec as a PodGroup.
+func (r *replayer) gang(rec *record) bool { return r.col.Gang && len(rec.Pods) > 1 }
 
 // podFor is the pod of one of a job's pods, for the column.
 func (r *replayer) podFor(rec *record, name string) *corev1.Pod {
@@ -266,6 +286,19 @@ func (r *replayer) podFor(rec *record, name string) *corev1.Pod {
 	if r.col.Policy != "" {
 		pod.Annotations = map[string]string{annotations.Policy: r.col.Policy}
 	}
+	if r.gang(rec) {
+		// The PodGroup makes it a gang; the job label is how the plugin
+		// knows its job (a PodGroup names it too), so it follows its rails,
+		// required: a gang either binds on one rail set or waits. Under
+		// preferred, a job's first pod can take rails its others then find
+		// no room on (docs/simulate.md, Jobs).
+		pod.Labels[request.IndexedJobLabel] = rec.Name
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[annotations.Rails] = annotations.PolicyRequired
+		pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &rec.Name}
+	}
 	return pod
 }
 
@@ -273,14 +306,28 @@ func (r *replayer) podFor(rec *record, name string) *corev1.Pod {
 const jobLabel = "sim.nicaffinity.io/job"
 
 // settle lets the scheduler work until the cluster has settled.
+//
+// A pod group whose attempt fails can requeue itself straight into the
+// active queue: the scheduler writes the group's status, and that update
+// is an event for the group. With the backoff off (replaySchedulerOptions)
+// that would retry it without end. So when a step leaves the cluster as
+// it found it (the same pods bound, the same pods queued), the moment is
+// settled and what is queued is tried again at the next moment of the
+// virtual clock, as a real scheduler retries it after its backoff.
 func (r *replayer) settle() error {
 	last := time.Now()
+	before := ""
 	for {
 		why := r.unsettled(false)
 		if why == "" {
 			if r.sched.Queued() == 0 {
 				return nil
 			}
+			state := r.stepState()
+			if state == before {
+				return nil // the last step changed nothing
+			}
+			before = state
 			if err := r.sched.Step(r.ctx); err != nil {
 				return err
 			}
@@ -301,6 +348,21 @@ func (r *replayer) settle() error {
 			return r.ctx.Err()
 		}
 	}
+}
+
+// stepState is what a step can change: which pods are bound, and which
+// wait in the scheduler's active and backoff queues.
+func (r *replayer) stepState() string {
+	var b strings.Builder
+	for _, obj := range r.podStore.List() {
+		if pod := obj.(*corev1.Pod); pod.Spec.NodeName != "" {
+			b.WriteString(pod.Name + "@" + pod.Spec.NodeName + " ")
+		}
+	}
+	queued := r.sched.QueuedPods()
+	slices.Sort(queued)
+	b.WriteString("| " + strings.Join(queued, " "))
+	return b.String()
 }
 
 // unsettled says what has not settled yet ("" when everything has); with
@@ -445,6 +507,9 @@ func (r *replayer) observe() {
 		if running {
 			rec.Running = r.now
 			rec.started(r.p.Workload.TimeModel, r.info)
+			if rec.SplitRails {
+				rec.SplitAvoidable = splitAvoidable(rec, r.recs, r.info)
+			}
 			heap.Push(&r.queue, event{at: r.now + rec.Runtime, kind: evEnd, job: i})
 		}
 	}

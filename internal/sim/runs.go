@@ -97,6 +97,11 @@ var figures = []figure{
 		return 100 * float64(r.PlansFollowed) / float64(r.Plans)
 	})},
 
+	{Section: "jobs of several pods", Key: "multiPodJobs", Label: "multi-pod jobs", Format: "%.0f", Get: field(func(r *Result) float64 { return float64(r.MultiPodJobs) })},
+	{Key: "railAlignedJobs", Label: "  aligned, on one rail set", Format: "%.0f", Get: field(func(r *Result) float64 { return float64(r.RailAlignedJobs) })},
+	{Key: "splitRailAvoidable", Label: "  split rails, avoidably", Format: "%.0f", Get: field(func(r *Result) float64 { return float64(r.SplitRailAvoidable) })},
+	{Key: "gangWaitHours", Label: "  GPU-h held before whole", Format: "%.1f", Get: field(func(r *Result) float64 { return r.GangWaitHours })},
+
 	{Section: "waiting", Key: "refused", Label: "jobs refused at least once", Format: "%.0f", Get: field(func(r *Result) float64 { return float64(r.Refused) })},
 	{Key: "rdmaWaitingHours", Label: "RDMA jobs waiting, h", Format: "%.2f", Get: field(func(r *Result) float64 { return r.Fragmentation.WaitingSeconds / 3600 })},
 	{Key: "meanIdleAlignedGPUs", Label: "  aligned GPUs idle (mean)", Format: "%.1f", Get: field(func(r *Result) float64 { return r.Fragmentation.MeanIdleAlignedGPUs })},

@@ -9,11 +9,14 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler"
 
 	"github.com/nicaffinity/nicaffinity/internal/cluster"
@@ -23,6 +26,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/dra"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -44,17 +48,23 @@ type Column struct {
 	// Claims is how a DRA column's jobs claim devices (ClaimsGenerated,
 	// ClaimsPCIeRoot, ClaimsUnconstrained); empty with device plugins.
 	Claims string `json:"claims,omitempty"`
+	// Gang makes each multi-pod job a PodGroup (placed whole or not at
+	// all) and names its job to the plugin (a job label), so its pods
+	// follow the job's rails. Other columns' pods are plain pods.
+	Gang bool `json:"gang,omitempty"`
 }
 
 // Columns are the runs every simulation compares, on the same workload: the
 // policies with the allocation proxy (so that placements happen), the
-// required policy as advice to the device plugin alone, and the default
+// required policy as advice to the device plugin alone, required with the
+// proxy and each multi-pod job a gang on its rails, and the default
 // scheduler, which the report compares each with. The default scheduler
 // is last.
 var Columns = []Column{
 	{Name: "required+proxy", Scheduler: Schedulers[0], Kubelet: kubeletsim.Proxy, Policy: annotations.PolicyRequired},
 	{Name: "preferred+proxy", Scheduler: Schedulers[0], Kubelet: kubeletsim.Proxy, Policy: annotations.PolicyPreferred},
 	{Name: "required (advice)", Scheduler: Schedulers[0], Kubelet: kubeletsim.BestEffort, Policy: annotations.PolicyRequired},
+	{Name: "gangs+rails", Scheduler: Schedulers[0], Kubelet: kubeletsim.Proxy, Policy: annotations.PolicyRequired, Gang: true},
 	{Name: "default-scheduler", Scheduler: Schedulers[1], Kubelet: kubeletsim.BestEffort},
 }
 
@@ -193,6 +203,13 @@ type record struct {
 	Worst   topology.Level
 	Runtime time.Duration
 	Refused bool
+	// SplitRails is set, for a multi-pod RDMA job, when its pods' GPUs are
+	// aligned to NICs of different rail sets (or some to none with a
+	// rail): its traffic crosses the spine. Set when the job is Running.
+	SplitRails bool
+	// SplitAvoidable: split, although one rail set was free on the nodes
+	// its pods got (splitAvoidable).
+	SplitAvoidable bool
 }
 
 // podRecord is one pod of a job.
@@ -216,7 +233,22 @@ func (r *record) started(m TimeModel, nodes map[string]nodeInfo) {
 	for _, pr := range r.Pods {
 		r.Worst = max(r.Worst, nodes[pr.Node].worst(pr.assignment))
 	}
-	r.Runtime = m.Runtime(r.Duration, r.GPUs, r.RDMA, r.Worst)
+	r.SplitRails = r.RDMA && len(r.Pods) > 1 && !r.oneRailSet(nodes)
+	r.Runtime = m.RuntimeOnRails(r.Duration, r.GPUs, r.RDMA, r.Worst, r.SplitRails)
+}
+
+// oneRailSet reports whether every pod's GPUs are aligned to NICs with
+// rails, and the pods' rail sets are equal.
+func (r *record) oneRailSet(nodes map[string]nodeInfo) bool {
+	var first []string
+	for i, pr := range r.Pods {
+		rails, ok := nodes[pr.Node].railsOf(pr.Got)
+		if !ok || i > 0 && !slices.Equal(rails, first) {
+			return false
+		}
+		first = rails
+	}
+	return true
 }
 
 // Run replays the plan's workload through a column's scheduler, with its
@@ -226,12 +258,14 @@ func Run(ctx context.Context, p *Plan, col Column, progress func(Progress)) (Res
 	for i := range nodes {
 		nodes[i].Policy = col.Kubelet
 	}
-	cp, err := controlplane.New(ctx)
+	enableWorkloads()
+	cp, err := controlplane.New(ctx, controlplane.WithWorkloads())
 	if err != nil {
 		return Result{}, err
 	}
 	defer cp.Stop()
 	opts := cluster.DefaultOptions()
+	opts.RailSource = nrt.RailFromPCIRank
 	// No heartbeat: a write that changes nothing would move pods in the
 	// scheduler's queue at a moment the wall clock picks.
 	opts.MinWriteInterval, opts.ResyncPeriod = replayWriteInterval, 24*time.Hour
@@ -268,6 +302,21 @@ func Run(ctx context.Context, p *Plan, col Column, progress func(Progress)) (Res
 	res.Column = col
 	return res, nil
 }
+
+// enableWorkloads turns on GenericWorkload in this process, as the shipped
+// scheduler runs (--feature-gates=GenericWorkload=true): kube-scheduler
+// reads its gates from the process-wide registry, and every column's
+// scheduler runs with it, so that only the pods (PodGroups or plain) tell
+// the columns apart.
+func enableWorkloads() {
+	workloadsOnce.Do(func() {
+		if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(map[string]bool{string(features.GenericWorkload): true}); err != nil {
+			panic(fmt.Sprintf("GenericWorkload: %v", err)) // a gate of the linked release: cannot fail
+		}
+	})
+}
+
+var workloadsOnce sync.Once
 
 // replayConfig is the shipped configuration with the default profile
 // beside it, and what the virtual clock needs of the plugin: no freshness

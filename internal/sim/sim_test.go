@@ -107,7 +107,7 @@ func TestParseWorkload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(TimeModel{CommShare: map[int]float64{2: 0.5}, Bandwidth: DefaultTimeModel.Bandwidth}, w.TimeModel); diff != "" {
+	if diff := cmp.Diff(TimeModel{CommShare: map[int]float64{2: 0.5}, Bandwidth: DefaultTimeModel.Bandwidth, CrossRail: DefaultTimeModel.CrossRail}, w.TimeModel); diff != "" {
 		t.Errorf("time model (-want,+got):\n%s", diff)
 	}
 	for _, tc := range []struct{ spec, want string }{
@@ -412,11 +412,11 @@ func TestSummarizeByHand(t *testing.T) {
 
 func handReport() *Report {
 	recs, nodes, end := handRun()
-	rep := &Report{Workload: WorkloadSpec{Jobs: 5}, Nodes: 2, GPUs: 6, AlignedGPUs: 3, Columns: Columns[2:]}
+	rep := &Report{Workload: WorkloadSpec{Jobs: 5}, Nodes: 2, GPUs: 6, AlignedGPUs: 3, Columns: []Column{Columns[2], Columns[4]}}
 	plan := &Plan{Workload: rep.Workload, bound: Bound{RDMAJobs: 4, Alignable: 4, Jobs: 3, Share: 0.75}}
 	first := summarize(Columns[2].Name, recs, nodes, end)
 	recs[0].Pods[0].Observed = nil // the second scheduler never saw A checked
-	if err := rep.Add(plan, []Result{first, summarize(Columns[3].Name, recs, nodes, end)}); err != nil {
+	if err := rep.Add(plan, []Result{first, summarize(Columns[4].Name, recs, nodes, end)}); err != nil {
 		panic(err)
 	}
 	rep.Finish()
@@ -829,7 +829,7 @@ func TestDeterminism(t *testing.T) {
 	if multi == 0 {
 		t.Fatalf("the seed draws no multi-pod job: %+v", p.jobs)
 	}
-	cols := []Column{Columns[0], Columns[3]}
+	cols := []Column{Columns[0], Columns[4]}
 	idle := runColumns(t, p, cols, nil)
 	stop := hog()
 	busy := runColumns(t, p, cols, nil)

@@ -19,6 +19,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/cluster"
 	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
+	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/profiles"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
@@ -151,7 +152,26 @@ var Scenarios = map[string]Scenario{
 	"backlog": {Cluster: DefaultCluster, Workload: BacklogWorkload, Parallel: 4},
 	"large":   {Cluster: LargeCluster, Workload: LargeWorkload, Parallel: 2},
 	"xlarge":  {Cluster: XLargeCluster, Workload: XLargeWorkload, Parallel: 1},
+	"jobs":    {Cluster: JobsCluster, Workload: JobsWorkload, Parallel: 3},
 }
+
+// JobsCluster and JobsWorkload are the "jobs" scenario: mostly multi-pod
+// RDMA jobs (2 or 4 pods of 1, 2 or 4 GPUs) on HGX H100 nodes (a NIC per
+// GPU, rails 0-7) and half-NIC nodes (rails 0-1, each next to two GPUs),
+// where a job's pods can be aligned on one rail set or on several.
+var (
+	JobsCluster = ClusterSpec{Pools: []Pool{
+		{Name: "h100", Count: 4, Machine: "hgx-h100-8gpu-8nic"},
+		{Name: "half", Count: 4, Machine: "half-nic-8gpu-2nic"},
+	}}
+	JobsWorkload = func() WorkloadSpec {
+		w := DefaultWorkload
+		w.Jobs, w.RDMAShare, w.VFShare = 48, 0.9, 0
+		w.Sizes = map[int]int{1: 1, 2: 1}
+		w.MultiPod = map[string]int{"2x1": 2, "2x2": 3, "4x2": 3, "2x4": 2, "4x1": 1}
+		return w
+	}()
+)
 
 // BacklogWorkload submits the default's job mix, half again as many, all at
 // once. Its RDMA jobs use the shared rdma/hca resource (no VFs), so every
@@ -376,6 +396,9 @@ func ParseWorkload(file string, b []byte) (WorkloadSpec, error) {
 	}
 	if w.TimeModel.Bandwidth == nil {
 		w.TimeModel.Bandwidth = DefaultTimeModel.Bandwidth
+	}
+	if w.TimeModel.CrossRail == nil {
+		w.TimeModel.CrossRail = DefaultTimeModel.CrossRail
 	}
 	bad := func(msg string, path ...any) error {
 		var field []string
@@ -667,6 +690,10 @@ type nodeInfo struct {
 	VFGroup int
 	// VFGroups is, per NIC with VFs, how many GPUs are at PIX/PXB to it.
 	VFGroups []int
+	// Rail is, per GPU, the rail of the NIC it is aligned to (the nearest
+	// PF, the first in PCI order among equals), as the exporter publishes
+	// rails by PCI rank; "" for a GPU aligned to none.
+	Rail []string
 }
 
 // describe reduces a node to what the time model and the bound read. Its
@@ -699,18 +726,38 @@ func describe(name string, t *topology.Topology) nodeInfo {
 			}
 		}
 	}
+	rails := nrt.RailsOf(t, nrt.Rails{Source: nrt.RailFromPCIRank})
 	for i, g := range t.GPUs {
 		n.GPUs = append(n.GPUs, g.PCI.Address)
-		best := topology.LevelSYS
+		best, rail := topology.LevelSYS, ""
 		for j, nic := range t.NICs {
-			if nic.PhysFn == "" {
-				best = min(best, align[i][j])
+			if nic.PhysFn == "" && align[i][j] < best {
+				best, rail = align[i][j], rails[nic.Name]
 			}
+		}
+		if !best.GPUDirectCapable() {
+			rail = ""
 		}
 		n.Best = append(n.Best, best)
 		n.Aligned = append(n.Aligned, best.GPUDirectCapable())
+		n.Rail = append(n.Rail, rail)
 	}
 	return n
+}
+
+// railsOf is the set of rails a pod's GPUs (positions) are aligned to,
+// sorted; ok is false when some GPU is aligned to no NIC with a rail.
+func (n nodeInfo) railsOf(gpus []int) (rails []string, ok bool) {
+	for _, g := range gpus {
+		if g < 0 || g >= len(n.Rail) || n.Rail[g] == "" {
+			return nil, false
+		}
+		if !slices.Contains(rails, n.Rail[g]) {
+			rails = append(rails, n.Rail[g])
+		}
+	}
+	slices.Sort(rails)
+	return rails, true
 }
 
 // worst is the worst level among the GPU positions a job got, each to its

@@ -84,9 +84,19 @@ type Result struct {
 	GPUDirectShare float64 `json:"gpuDirectShare"`
 	// Plans are jobs the exporter saw with a scheduler's plan (not "none");
 	// PlansFollowed are those whose devices were the plan's ("matched").
-	Plans         int  `json:"plans"`
-	PlansFollowed int  `json:"plansFollowed"`
-	Fragmentation Frag `json:"fragmentation"`
+	Plans         int `json:"plans"`
+	PlansFollowed int `json:"plansFollowed"`
+	// MultiPodJobs are the jobs of more than one pod. RailAlignedJobs are
+	// those that need a NIC and ran with every GPU eligible and every pod
+	// on one rail set; SplitRailAvoidable those that ran on split rails
+	// although one rail set was free on their pods' nodes (a lower bound:
+	// splitAvoidable). GangWaitHours is the GPU-time pods of multi-pod jobs
+	// held before their job was whole.
+	MultiPodJobs       int     `json:"multiPodJobs"`
+	RailAlignedJobs    int     `json:"railAlignedJobs"`
+	SplitRailAvoidable int     `json:"splitRailAvoidable"`
+	GangWaitHours      float64 `json:"gangWaitHours"`
+	Fragmentation      Frag    `json:"fragmentation"`
 	// Creation to bound, and creation to Running, of each pod bound at the
 	// moment it was created (not later, when GPUs freed up), on the wall
 	// clock: the scheduler's and kubelet's latency while the replay steps
@@ -139,7 +149,15 @@ func summarize(scheduler string, recs []*record, nodes []nodeInfo, end time.Dura
 	var bind, run, jct []time.Duration
 	lastEnd := time.Duration(0)
 	lost := time.Duration(0) // GPU-time
+	var gangHeld time.Duration
 	for _, r := range recs {
+		if len(r.Pods) > 1 {
+			res.MultiPodJobs++
+			gangHeld += gangWait(r, end)
+			if r.SplitAvoidable {
+				res.SplitRailAvoidable++
+			}
+		}
 		if r.Running != never && r.Ended != never {
 			res.Finished++
 			jct = append(jct, r.Ended-r.At)
@@ -188,6 +206,9 @@ func summarize(scheduler string, recs []*record, nodes []nodeInfo, end time.Dura
 		}
 		if eligible {
 			res.GPUDirectJobs++
+			if len(r.Pods) > 1 && !r.SplitRails {
+				res.RailAlignedJobs++
+			}
 		}
 	}
 	if res.RDMAJobs > 0 {
@@ -205,6 +226,7 @@ func summarize(scheduler string, recs []*record, nodes []nodeInfo, end time.Dura
 		res.MakespanHours = round2((lastEnd - first).Hours())
 	}
 	res.GPUHoursLost = round2(lost.Hours())
+	res.GangWaitHours = round2(gangHeld.Hours())
 	res.BindP50Ms, res.BindP99Ms = percentiles(bind)
 	res.RunningP50Ms, res.RunningP99Ms = percentiles(run)
 	res.Timeline, res.Fragmentation = timeline(recs, byNode, end)

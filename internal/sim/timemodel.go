@@ -16,10 +16,12 @@ import (
 // between nodes; that part runs at the bandwidth its worst GPU-NIC level
 // allows, relative to GPUDirect RDMA:
 //
-//	runtime = aligned x ((1 - c) + c / Bandwidth[worst level])
+//	runtime = aligned x ((1 - c) + c / (Bandwidth[worst level] x r))
 //
-// A job without a NIC runs its aligned runtime. The defaults and their
-// sources are in docs/simulate.md ("The job-time model").
+// where r is CrossRail for a multi-pod job whose pods are on different
+// rails (its traffic crosses the spine) and 1 otherwise. A job without a
+// NIC runs its aligned runtime. The defaults and their sources are in
+// docs/simulate.md ("The job-time model").
 type TimeModel struct {
 	// CommShare is, per job size in GPUs, the share of an aligned run spent
 	// in inter-node communication, in [0, 1).
@@ -27,6 +29,17 @@ type TimeModel struct {
 	// Bandwidth is, per GPU-NIC level (PIX, PXB, PHB, NODE, SYS), the
 	// network bandwidth a job gets relative to GPUDirect RDMA, in (0, 1].
 	Bandwidth map[string]float64 `yaml:"bandwidth" json:"bandwidth"`
+	// CrossRail is the bandwidth, relative to staying on one rail, of a
+	// multi-pod job whose pods use different rails, in (0, 1].
+	CrossRail *float64 `yaml:"crossRail" json:"crossRail"`
+}
+
+// crossRail is the model's CrossRail, 1 when unset.
+func (m TimeModel) crossRail() float64 {
+	if m.CrossRail == nil {
+		return 1
+	}
+	return *m.CrossRail
 }
 
 // DefaultTimeModel: a third of an aligned run communicates, whatever the
@@ -36,16 +49,31 @@ type TimeModel struct {
 // 6 GB/s of bus bandwidth on 100 Gb/s InfiniBand without GPUDirect, half of
 // what the link gives with it). No published figure separates PHB, NODE
 // and SYS, so they share the factor.
+//
+// CrossRail, 0.5, is an assumption too: a job split across rails sends its
+// inter-node traffic through the spine, which in a rail-optimized fabric
+// is commonly built with less bandwidth than the rails below it; 0.5 is a
+// 2:1 oversubscribed spine (1 on a non-blocking one). Set it from your
+// fabric.
 var DefaultTimeModel = TimeModel{
 	CommShare: map[int]float64{1: 0.3, 2: 0.3, 3: 0.3, 4: 0.3, 5: 0.3, 6: 0.3, 7: 0.3, 8: 0.3},
 	Bandwidth: map[string]float64{"PIX": 1, "PXB": 1, "P2C": 1, "PHB": 0.5, "NODE": 0.5, "SYS": 0.5},
+	CrossRail: ptrTo(0.5),
 }
+
+func ptrTo[T any](v T) *T { return &v }
 
 // Runtime is how long a job of gpus GPUs whose aligned runtime is aligned
 // runs when its worst GPU-NIC level is worst; rdma is whether it uses a NIC
 // at all. The model has been validated (validate), so every size and level
 // has its factor.
 func (m TimeModel) Runtime(aligned time.Duration, gpus int, rdma bool, worst topology.Level) time.Duration {
+	return m.RuntimeOnRails(aligned, gpus, rdma, worst, false)
+}
+
+// RuntimeOnRails is Runtime for a job whose pods are on different rails
+// when split is true.
+func (m TimeModel) RuntimeOnRails(aligned time.Duration, gpus int, rdma bool, worst topology.Level, split bool) time.Duration {
 	if !rdma {
 		return aligned
 	}
@@ -56,6 +84,9 @@ func (m TimeModel) Runtime(aligned time.Duration, gpus int, rdma bool, worst top
 	}
 	if b <= 0 {
 		b = 1 // a level outside the model (X, NV): not a NIC path
+	}
+	if split {
+		b *= m.crossRail()
 	}
 	return time.Duration(float64(aligned) * ((1 - c) + c/b)).Round(time.Millisecond)
 }
@@ -90,6 +121,9 @@ func (m TimeModel) validate(sizes map[int]int, bad func(msg string, path ...any)
 		if _, ok := m.Bandwidth[l.String()]; !ok && l != topology.LevelP2C {
 			return bad(fmt.Sprintf("no factor for %s", l), "timeModel", "bandwidth")
 		}
+	}
+	if r := m.crossRail(); !(r > 0 && r <= 1) {
+		return bad(fmt.Sprintf("%g: want a bandwidth relative to one rail in (0, 1]", r), "timeModel", "crossRail")
 	}
 	return nil
 }

@@ -143,3 +143,14 @@ func railSubnet(prefix string) (string, bool) {
 	}
 	return p.Masked().String(), true
 }
+
+// RailsOf is the rail of each RDMA PF of t under r, by RDMA device name, as
+// the exporter publishes them (NICs without one are absent): what a harness
+// reads to judge which rails a pod's NICs are on.
+func RailsOf(t *topology.Topology, r Rails) map[string]string {
+	out := map[string]string{}
+	for j, ro := range assignRails(t, r) {
+		out[t.NICs[j].Name] = ro.rail
+	}
+	return out
+}

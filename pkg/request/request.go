@@ -49,11 +49,13 @@ type Config struct {
 const (
 	JobSetLabel              = "jobset.sigs.k8s.io/jobset-name"
 	JobSetReplicatedJobLabel = "jobset.sigs.k8s.io/replicatedjob-name"
+	// IndexedJobLabel names the Job of an indexed Job's pods.
+	IndexedJobLabel = "batch.kubernetes.io/job-name"
 )
 
 // DefaultJobLabels are the plugin's default jobLabels: JobSet, Kubeflow
 // training jobs, indexed Jobs, Volcano and coscheduling.
-var DefaultJobLabels = []string{JobSetLabel, "training.kubeflow.org/job-name", "batch.kubernetes.io/job-name", "volcano.sh/job-name", "scheduling.x-k8s.io/pod-group"}
+var DefaultJobLabels = []string{JobSetLabel, "training.kubeflow.org/job-name", IndexedJobLabel, "volcano.sh/job-name", "scheduling.x-k8s.io/pod-group"}
 
 // Job is the job a pod belongs to. Jobs are keyed by namespace: a pod can
 // never join another namespace's job.

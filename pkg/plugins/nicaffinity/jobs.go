@@ -135,3 +135,24 @@ func unionRails(pods map[types.UID][]string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// railRoom is, per rail, how many free GPUs of the cluster are at level
+// index li or closer to a NIC on it, over the usable views of nodes that
+// could take a pod of gpus GPUs there at all: where a job placing its
+// first pod has the most room for the rest. One pass over the views, made
+// once per multi-pod job.
+func (c *Cache) railRoom(li, gpus int) map[string]int {
+	room := map[string]int{}
+	for _, cell := range *c.cells.Load() {
+		v, _ := usable(cell.Load())
+		if v == nil || (v.free&v.c.AnyNear[li]).Count() < gpus {
+			continue
+		}
+		for n, nic := range v.c.NICs {
+			if nic.Rail != "" {
+				room[nic.Rail] += (v.free & v.c.Near[li][n]).Count()
+			}
+		}
+	}
+	return room
+}

@@ -36,7 +36,13 @@ func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v
 	if li < 0 {
 		li = len(topology.Levels) - 1 // preferred policy on a node that cannot align
 	}
-	gpus := v.plan(&s.req, li)
+	req := s.req
+	if req.followRails && len(req.jobRails) == 0 {
+		// The job's first pod: its rails become the job's, so take those
+		// with the most room left for the others.
+		req.railRoom = pl.cache.railRoom(li, req.gpus)
+	}
+	gpus := v.plan(&req, li)
 	if gpus.Count() < s.req.gpus {
 		return fwk.NewStatus(fwk.Unschedulable, "the GPUs planned here were taken by another pod in the meantime")
 	}

@@ -27,6 +27,11 @@ type request struct {
 	// them at PreFilter (in a pod-group cycle, the members reserved before
 	// this one); nil when none or not followed.
 	jobRails []string
+	// railRoom is, for a job's first pod (jobRails empty), the free GPUs
+	// next to each rail's NICs over the cluster, which Reserve's plan
+	// prefers the largest of, so that the job's next pods find room on
+	// the rails its first one takes; nil otherwise.
+	railRoom map[string]int
 	// common: the plugin's default level and policy, no VFs. Views carry
 	// precomputed answers for such requests (see answers).
 	common bool
@@ -206,10 +211,12 @@ func (v *nodeView) plan(req *request, li int) (gpus nrt.GPUSet) {
 	if req.rdma {
 		candidates &= c.AnyNear[li]
 		if len(req.jobRails) > 0 {
-			if on := v.railNear(li, req.jobRails) & candidates; on.Count() >= req.gpus {
+			on := v.railNear(li, req.jobRails) & candidates
+			if on.Count() >= req.gpus {
 				candidates = on // all on the job's rails when that is enough
-			} else if req.gpus > len(req.jobRails) {
-				gpus = v.coverRails(req.jobRails, li, candidates) // else one on each of them first
+			}
+			if req.gpus >= len(req.jobRails) {
+				gpus = v.coverRails(req.jobRails, li, candidates) // one on each of them first
 			}
 		}
 		if len(req.vfs) > 0 {
@@ -224,7 +231,7 @@ func (v *nodeView) plan(req *request, li int) (gpus nrt.GPUSet) {
 	}
 	pxb := levelIndex(topology.LevelPXB)
 	for picked := gpus.Count(); picked < req.gpus; picked++ {
-		best, bestKey := -1, [3]int{}
+		best, bestKey := -1, [4]int{}
 		for g := range c.GPUs {
 			if candidates&(1<<g) == 0 || gpus&(1<<g) != 0 {
 				continue
@@ -234,15 +241,19 @@ func (v *nodeView) plan(req *request, li int) (gpus nrt.GPUSet) {
 			if c.Switches[sw]&^v.free == 0 && gpus&c.Switches[sw] == 0 {
 				whole = 1 // taking it breaks a whole switch
 			}
-			key := [3]int{int(c.BestLevel[g]), whole, g}
+			room := 0
+			if req.railRoom != nil {
+				room = -req.railRoom[v.railOf(g)]
+			}
+			key := [4]int{int(c.BestLevel[g]), room, whole, g}
 			if !req.rdma {
 				aligned := 0
 				if c.AnyNear[pxb]&(1<<g) != 0 {
 					aligned = 1
 				}
-				key = [3]int{aligned, whole, g}
+				key = [4]int{aligned, 0, whole, g}
 			}
-			if best < 0 || less(key, bestKey) {
+			if best < 0 || less(key[:], bestKey[:]) {
 				best, bestKey = g, key
 			}
 		}
@@ -267,23 +278,24 @@ func (v *nodeView) railNear(li int, rails []string) nrt.GPUSet {
 }
 
 // railsFit reports whether the pod can take req.gpus free GPUs at level
-// index li or closer on its job's rails: every GPU next to a NIC on one of
-// the job's rails (the pod uses some of the job's rails), or, for a pod
-// that needs more GPUs than the job has rails, GPUs that reach every one
-// of them (the pod's rails include the job's). A job with no rails yet
-// fits anywhere; a node that publishes no rails fits no job that has some.
+// index li or closer on its job's rails: a pod of fewer GPUs than the job
+// has rails uses some of them, one of as many uses exactly them, and a
+// larger one reaches every one of them (adding rails only because it
+// must). A job with no rails yet fits anywhere; a node that publishes no
+// rails fits no job that has some.
 func (v *nodeView) railsFit(req *request, li int) bool {
 	if len(req.jobRails) == 0 {
 		return true
 	}
-	if v.railNear(li, req.jobRails).Count() >= req.gpus {
-		return true
-	}
-	if req.gpus <= len(req.jobRails) {
-		return false
+	on := v.railNear(li, req.jobRails)
+	switch {
+	case req.gpus < len(req.jobRails):
+		return on.Count() >= req.gpus
+	case req.gpus == len(req.jobRails):
+		return on.Count() >= req.gpus && v.coverRails(req.jobRails, li, on) != 0
 	}
 	aligned := v.free & v.c.AnyNear[li]
-	return v.coverRails(req.jobRails, li, aligned) != 0 && aligned.Count() >= req.gpus
+	return aligned.Count() >= req.gpus && v.coverRails(req.jobRails, li, aligned) != 0
 }
 
 // coverRails picks, among candidates, one GPU next to a NIC on each of
@@ -334,14 +346,29 @@ func (v *nodeView) nearestNIC(req *request, g int) int {
 		case !slices.Contains(req.jobRails, v.c.NICs[n].Rail):
 			key[1] = 1
 		}
-		if best < 0 || less(key, bestKey) {
+		if best < 0 || less(key[:], bestKey[:]) {
 			best, bestKey = n, key
 		}
 	}
 	return best
 }
 
-func less(a, b [3]int) bool {
+// railOf is the rail of GPU g's nearest NIC (the first among equals), ""
+// when that NIC has none.
+func (v *nodeView) railOf(g int) string {
+	best := -1
+	for n := range v.c.NICs {
+		if best < 0 || v.c.GPUs[g].Level[n] < v.c.GPUs[g].Level[best] {
+			best = n
+		}
+	}
+	if best < 0 {
+		return ""
+	}
+	return v.c.NICs[best].Rail
+}
+
+func less(a, b []int) bool {
 	for i := range a {
 		if a[i] != b[i] {
 			return a[i] < b[i]
