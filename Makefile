@@ -100,7 +100,7 @@ test-kubelet: $(KUBELET_BIN)
 # first a backlog (how much sooner the work finishes), then jobs arriving
 # over time (docs/simulate.md has the time it takes).
 demo:
-	$(GO) run ./cmd/nicaffinity-sim simulate --scenario backlog,default --report $(DEMO_REPORT)
+	$(GO) run ./cmd/nicaffinity-sim simulate --scenario backlog,default,jobs --report $(DEMO_REPORT)
 
 # The large scenario: 64 nodes, 1000 jobs, one seed (docs/simulate.md,
 # "The large scenario").

@@ -226,6 +226,7 @@ func (s *Scheduler) setup(ctx context.Context, opts *options.Options, o Options)
 		// registers on them reports what it has processed.
 		f := informers.NewSharedInformerFactory(cc.Client, 0)
 		s.settle.trackPods(f)
+		s.settle.trackPodGroups(f)
 		cc.InformerFactory = f
 		cc.DynInformerFactory = s.settle.trackDynamic(cc.DynInformerFactory)
 	}

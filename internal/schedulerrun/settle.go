@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/informers/internalinterfaces"
+	schedulinginformers "k8s.io/client-go/informers/scheduling/v1beta1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -53,7 +55,10 @@ type settler struct {
 
 	mu       sync.Mutex
 	podViews []*View
-	dynViews map[schema.GroupVersionResource][]*View
+	// groupViews are the PodGroup handlers' views: a failed pod group's
+	// status write is the event that requeues it.
+	groupViews []*View
+	dynViews   map[schema.GroupVersionResource][]*View
 	// changed is closed and replaced whenever a view changes, so a harness
 	// can wait for the next change instead of polling.
 	changed chan struct{}
@@ -118,6 +123,19 @@ func (s *settler) trackPods(f informers.SharedInformerFactory) {
 		return &trackedInformer{SharedIndexInformer: inf, add: func(v *View) {
 			s.mu.Lock()
 			s.podViews = append(s.podViews, v)
+			s.mu.Unlock()
+		}, notify: s.notify}
+	})
+}
+
+// trackPodGroups registers the scheduler's PodGroup informer on f, as
+// kube-scheduler builds it, with every handler tracked.
+func (s *settler) trackPodGroups(f informers.SharedInformerFactory) {
+	f.InformerFor(&schedulingv1beta1.PodGroup{}, func(cs kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		inf := schedulinginformers.NewPodGroupInformer(cs, metav1.NamespaceAll, resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		return &trackedInformer{SharedIndexInformer: inf, add: func(v *View) {
+			s.mu.Lock()
+			s.groupViews = append(s.groupViews, v)
 			s.mu.Unlock()
 		}, notify: s.notify}
 	})
@@ -319,6 +337,15 @@ func (s *Scheduler) Changed() <-chan struct{} {
 	s.settle.mu.Lock()
 	defer s.settle.mu.Unlock()
 	return s.settle.changed
+}
+
+// PodGroupsBehind says which of the scheduler's PodGroup handlers has
+// not processed the PodGroups want holds ("" when all have).
+func (s *Scheduler) PodGroupsBehind(want *View, detail bool) string {
+	s.settle.mu.Lock()
+	views := append([]*View(nil), s.settle.groupViews...)
+	s.settle.mu.Unlock()
+	return behind("PodGroup", views, want, detail)
 }
 
 // PodsBehind says which of the scheduler's pod handlers has not processed

@@ -113,10 +113,10 @@ type replayer struct {
 	start    time.Time
 
 	podStore, nrtStore cache.Store
-	// podView and nrtView are what the replay's own informers have
-	// processed, as the scheduler's handlers must have too.
-	podView, nrtView *schedulerrun.View
-	changed          chan struct{}
+	// podView, nrtView and groupView are what the replay's own informers
+	// have processed, as the scheduler's handlers must have too.
+	podView, nrtView, groupView *schedulerrun.View
+	changed                     chan struct{}
 	// alive are the pods the replay created and has not deleted.
 	alive map[string]bool
 	// created is when each pod was created on the wall clock, for the
@@ -139,7 +139,7 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 		podView: schedulerrun.NewView(func(obj any) bool {
 			pod, ok := obj.(*corev1.Pod)
 			return ok && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
-		}), nrtView: schedulerrun.NewView(nil)}
+		}), nrtView: schedulerrun.NewView(nil), groupView: schedulerrun.NewView(nil)}
 	for _, n := range p.info {
 		r.info[n.Name] = n
 	}
@@ -201,10 +201,14 @@ func (r *replayer) watch(stop chan struct{}) error {
 	if _, err := nrtInf.AddEventHandler(track(r.nrtView)); err != nil {
 		return err
 	}
+	groupInf := pf.Scheduling().V1beta1().PodGroups().Informer()
+	if _, err := groupInf.AddEventHandler(track(r.groupView)); err != nil {
+		return err
+	}
 	r.podStore, r.nrtStore = podInf.GetStore(), nrtInf.GetStore()
 	pf.Start(stop)
 	nf.Start(stop)
-	if !cache.WaitForCacheSync(r.ctx.Done(), podInf.HasSynced, nrtInf.HasSynced) {
+	if !cache.WaitForCacheSync(r.ctx.Done(), podInf.HasSynced, nrtInf.HasSynced, groupInf.HasSynced) {
 		return fmt.Errorf("the replay's informers did not sync")
 	}
 	return nil
@@ -353,16 +357,17 @@ func (r *replayer) settle() error {
 // stepState is what a step can change: which pods are bound, and which
 // wait in the scheduler's active and backoff queues.
 func (r *replayer) stepState() string {
-	var b strings.Builder
+	var bound []string
 	for _, obj := range r.podStore.List() {
 		if pod := obj.(*corev1.Pod); pod.Spec.NodeName != "" {
-			b.WriteString(pod.Name + "@" + pod.Spec.NodeName + " ")
+			bound = append(bound, pod.Name+"@"+pod.Spec.NodeName)
 		}
 	}
 	queued := r.sched.QueuedPods()
+	// Both lists come in map order: sorted, equal states compare equal.
+	slices.Sort(bound)
 	slices.Sort(queued)
-	b.WriteString("| " + strings.Join(queued, " "))
-	return b.String()
+	return strings.Join(bound, " ") + " | " + strings.Join(queued, " ")
 }
 
 // unsettled says what has not settled yet ("" when everything has); with
@@ -376,6 +381,9 @@ func (r *replayer) unsettled(detail bool) string {
 		return "the scheduler's " + why
 	}
 	if why := r.sched.ObjectsBehind(nrtGVR, r.nrtView, detail); why != "" {
+		return "the scheduler's " + why
+	}
+	if why := r.sched.PodGroupsBehind(r.groupView, detail); why != "" {
 		return "the scheduler's " + why
 	}
 	if held := r.sched.PluginObjects(); held != nil {

@@ -33,6 +33,9 @@ func (f figure) cell(s Stat, ok bool) string {
 func (rep *Report) Rows() []Row {
 	var rows []Row
 	for _, f := range figures {
+		if f.Jobs && !rep.hasMultiPodJobs() {
+			continue
+		}
 		if f.Section != "" {
 			rows = append(rows, Row{Label: f.Section + ":"})
 		}
@@ -44,6 +47,16 @@ func (rep *Report) Rows() []Row {
 		rows = append(rows, r)
 	}
 	return rows
+}
+
+// hasMultiPodJobs reports whether some run has a job of several pods.
+func (rep *Report) hasMultiPodJobs() bool {
+	for _, cs := range rep.Summary {
+		if cs.Figures["multiPodJobs"].Max > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // labelWidth and the cell width (at least minCell, else the widest cell

@@ -45,6 +45,9 @@ type figure struct {
 	Format     string // for fmt, of the median and the range's ends
 	// Section, when set, heads a group of rows starting with this one.
 	Section string
+	// Jobs marks the rows about multi-pod jobs, which the table leaves out
+	// when the workload has none (the JSON keeps them).
+	Jobs bool
 }
 
 // change is r's figure against base in percent, NaN where there is no base
@@ -97,10 +100,10 @@ var figures = []figure{
 		return 100 * float64(r.PlansFollowed) / float64(r.Plans)
 	})},
 
-	{Section: "jobs of several pods", Key: "multiPodJobs", Label: "multi-pod jobs", Format: "%.0f", Get: field(func(r *Result) float64 { return float64(r.MultiPodJobs) })},
-	{Key: "railAlignedJobs", Label: "  aligned, on one rail set", Format: "%.0f", Get: field(func(r *Result) float64 { return float64(r.RailAlignedJobs) })},
-	{Key: "splitRailAvoidable", Label: "  split rails, avoidably", Format: "%.0f", Get: field(func(r *Result) float64 { return float64(r.SplitRailAvoidable) })},
-	{Key: "gangWaitHours", Label: "  GPU-h held before whole", Format: "%.1f", Get: field(func(r *Result) float64 { return r.GangWaitHours })},
+	{Section: "jobs of several pods", Key: "multiPodJobs", Label: "multi-pod jobs", Format: "%.0f", Jobs: true, Get: field(func(r *Result) float64 { return float64(r.MultiPodJobs) })},
+	{Key: "railAlignedJobs", Label: "  aligned, on one rail set", Format: "%.0f", Jobs: true, Get: field(func(r *Result) float64 { return float64(r.RailAlignedJobs) })},
+	{Key: "splitRailAvoidable", Label: "  split rails, avoidably", Format: "%.0f", Jobs: true, Get: field(func(r *Result) float64 { return float64(r.SplitRailAvoidable) })},
+	{Key: "gangWaitHours", Label: "  GPU-h held before whole", Format: "%.1f", Jobs: true, Get: field(func(r *Result) float64 { return r.GangWaitHours })},
 
 	{Section: "waiting", Key: "refused", Label: "jobs refused at least once", Format: "%.0f", Get: field(func(r *Result) float64 { return float64(r.Refused) })},
 	{Key: "rdmaWaitingHours", Label: "RDMA jobs waiting, h", Format: "%.2f", Get: field(func(r *Result) float64 { return r.Fragmentation.WaitingSeconds / 3600 })},
