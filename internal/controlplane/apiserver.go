@@ -142,11 +142,16 @@ func (a *apiServer) waitServing(ctx context.Context) error {
 		return err
 	}
 	deadline := time.Now().Add(90 * time.Second)
-	for what := "healthz"; ; {
+	// readyz, not healthz: every post-start hook must have finished. A
+	// server stopped while one still runs (the service IP repair's first
+	// pass) has that hook fail, and kube-apiserver then exits the whole
+	// process (klog.Fatalf in runPostStartHook): a short replay on a busy
+	// machine stopped its control plane that early.
+	for what := "readyz"; ; {
 		switch what {
-		case "healthz":
+		case "readyz":
 			status := 0
-			client.CoreV1().RESTClient().Get().AbsPath("/healthz").Do(ctx).StatusCode(&status)
+			client.CoreV1().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&status)
 			if status == http.StatusOK {
 				what = "the default namespace"
 				continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,5 +55,19 @@ func TestStopLeavesNothing(t *testing.T) {
 	t.Logf("goroutines: %d before, %d after", before, after)
 	if after > before+10 {
 		t.Errorf("%d goroutines before the control plane, %d after it stopped", before, after)
+	}
+}
+
+// TestStartWaitsForPostStartHooks: New returns only once every post-start
+// hook has finished. A hook still running when the server stops fails,
+// and kube-apiserver exits the process over it.
+func TestStartWaitsForPostStartHooks(t *testing.T) {
+	cp := Start(t)
+	body, err := cp.Kube.CoreV1().RESTClient().Get().AbsPath("/readyz").Param("verbose", "true").DoRaw(t.Context())
+	if err != nil {
+		t.Fatalf("readyz: %v\n%s", err, body)
+	}
+	if !strings.Contains(string(body), "[+]poststarthook/start-service-ip-repair-controllers ok") {
+		t.Errorf("readyz after Start:\n%s", body)
 	}
 }
