@@ -315,9 +315,10 @@ const jobLabel = "sim.nicaffinity.io/job"
 // active queue: the scheduler writes the group's status, and that update
 // is an event for the group. With the backoff off (replaySchedulerOptions)
 // that would retry it without end. So when a step leaves the cluster as
-// it found it (the same pods bound, the same pods queued), the moment is
-// settled and what is queued is tried again at the next moment of the
-// virtual clock, as a real scheduler retries it after its backoff.
+// it found it (the same pods bound, the same pods queued) and a pod
+// group's member is queued, the moment is settled and what is queued is
+// tried again at the next moment of the virtual clock, as a real
+// scheduler retries it after its backoff.
 func (r *replayer) settle() error {
 	last := time.Now()
 	before := ""
@@ -327,8 +328,8 @@ func (r *replayer) settle() error {
 			if r.sched.Queued() == 0 {
 				return nil
 			}
-			state := r.stepState()
-			if state == before {
+			state, groups := r.stepState()
+			if state == before && groups {
 				return nil // the last step changed nothing
 			}
 			before = state
@@ -355,8 +356,12 @@ func (r *replayer) settle() error {
 }
 
 // stepState is what a step can change: which pods are bound, and which
-// wait in the scheduler's active and backoff queues.
-func (r *replayer) stepState() string {
+// wait in the scheduler's active and backoff queues; groups is whether
+// one of those is a pod group's member. Only pod groups requeue
+// themselves: a plain pod that fails is parked until an event, so the rule
+// applies to pod groups alone, and a queue of plain pods is stepped until
+// it is empty, as it always was.
+func (r *replayer) stepState() (state string, groups bool) {
 	var bound []string
 	for _, obj := range r.podStore.List() {
 		if pod := obj.(*corev1.Pod); pod.Spec.NodeName != "" {
@@ -364,10 +369,15 @@ func (r *replayer) stepState() string {
 		}
 	}
 	queued := r.sched.QueuedPods()
+	for _, key := range queued {
+		if obj, ok, _ := r.podStore.GetByKey(key); ok && obj.(*corev1.Pod).Spec.SchedulingGroup != nil {
+			groups = true
+		}
+	}
 	// Both lists come in map order: sorted, equal states compare equal.
 	slices.Sort(bound)
 	slices.Sort(queued)
-	return strings.Join(bound, " ") + " | " + strings.Join(queued, " ")
+	return strings.Join(bound, " ") + " | " + strings.Join(queued, " "), groups
 }
 
 // unsettled says what has not settled yet ("" when everything has); with
