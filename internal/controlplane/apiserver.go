@@ -142,11 +142,13 @@ func (a *apiServer) waitServing(ctx context.Context) error {
 		return err
 	}
 	deadline := time.Now().Add(90 * time.Second)
-	// readyz, not healthz: every post-start hook must have finished. A
-	// server stopped while one still runs (the service IP repair's first
-	// pass) has that hook fail, and kube-apiserver then exits the whole
-	// process (klog.Fatalf in runPostStartHook): a short replay on a busy
-	// machine stopped its control plane that early.
+	// readyz: every post-start hook finished and the server's own
+	// readiness checks pass. A server stopped while a hook still runs (the
+	// service IP repair's first pass) has that hook fail, and
+	// kube-apiserver then exits the whole process (klog.Fatalf in
+	// runPostStartHook); that was seen once in a replay. healthz lists the
+	// hooks too, so how a server came to be stopped that early is not
+	// known: readyz is the stricter wait, not a proven fix.
 	for what := "readyz"; ; {
 		switch what {
 		case "readyz":

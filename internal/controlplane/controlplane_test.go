@@ -60,7 +60,8 @@ func TestStopLeavesNothing(t *testing.T) {
 
 // TestStartWaitsForPostStartHooks: New returns only once every post-start
 // hook has finished. A hook still running when the server stops fails,
-// and kube-apiserver exits the process over it.
+// and kube-apiserver exits the process over it. (healthz lists the hooks
+// as well, so this holds the property, not the choice of readyz.)
 func TestStartWaitsForPostStartHooks(t *testing.T) {
 	cp := Start(t)
 	body, err := cp.Kube.CoreV1().RESTClient().Get().AbsPath("/readyz").Param("verbose", "true").DoRaw(t.Context())

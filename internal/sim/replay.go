@@ -362,22 +362,26 @@ func (r *replayer) settle() error {
 // applies to pod groups alone, and a queue of plain pods is stepped until
 // it is empty, as it always was.
 func (r *replayer) stepState() (state string, groups bool) {
+	queued := r.sched.QueuedPods()
+	for _, key := range queued {
+		if obj, ok, _ := r.podStore.GetByKey(key); ok && obj.(*corev1.Pod).Spec.SchedulingGroup != nil {
+			groups = true
+			break
+		}
+	}
+	if !groups {
+		return "", false // the rule does not apply: no scan of the pods
+	}
 	var bound []string
 	for _, obj := range r.podStore.List() {
 		if pod := obj.(*corev1.Pod); pod.Spec.NodeName != "" {
 			bound = append(bound, pod.Name+"@"+pod.Spec.NodeName)
 		}
 	}
-	queued := r.sched.QueuedPods()
-	for _, key := range queued {
-		if obj, ok, _ := r.podStore.GetByKey(key); ok && obj.(*corev1.Pod).Spec.SchedulingGroup != nil {
-			groups = true
-		}
-	}
 	// Both lists come in map order: sorted, equal states compare equal.
 	slices.Sort(bound)
 	slices.Sort(queued)
-	return strings.Join(bound, " ") + " | " + strings.Join(queued, " "), groups
+	return strings.Join(bound, " ") + " | " + strings.Join(queued, " "), true
 }
 
 // unsettled says what has not settled yet ("" when everything has); with
