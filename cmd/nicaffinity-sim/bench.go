@@ -49,6 +49,7 @@ lifted, as in scheduler_perf.`,
 	cmd.Flags().BoolVar(&o.spec.DefaultFirst, "default-first", false, "start with B A A B (default profile first) to check for order effects")
 	cmd.Flags().StringSliceVar(&o.spec.Profiles, "profiles", nil, "profiles of --scheduler-config to measure, each against the default profile (default nicaffinity-scheduler)")
 	cmd.Flags().BoolVar(&o.micro, "micro", true, "also run the Filter/Score micro-benchmarks")
+	cmd.Flags().StringVar(&o.spec.Workload, "workload", simbench.WorkloadGPU, "gpu (one-GPU RDMA pods) or mixed (pods without GPUs, two-pod jobs on their rails, VF pods; docs/simulate.md)")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "text or json")
 	cmd.Flags().StringVar(&o.configFile, "scheduler-config", "", "KubeSchedulerConfiguration with a nicaffinity-scheduler profile to measure instead of the shipped one")
 	cmd.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to this file")
@@ -104,7 +105,7 @@ func (o *benchOptions) run(out, progress io.Writer) error {
 	if o.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"nodes": spec.Nodes, "pods": spec.Pods, "results": report.Results, "rounds": report.Rounds, "throughputRatio": report.Ratio, "micro": micro})
+		return enc.Encode(map[string]any{"nodes": spec.Nodes, "pods": spec.Pods, "workload": spec.Workload, "results": report.Results, "rounds": report.Rounds, "throughputRatio": report.Ratio, "micro": micro})
 	}
 	results, ratio := report.Results, report.Ratio
 	fmt.Fprintf(out, "%d nodes, %d pods per batch, %d round(s)\n", spec.Nodes, spec.Pods, spec.Rounds)

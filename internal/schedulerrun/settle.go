@@ -292,6 +292,31 @@ func (v *View) Digest() (uint64, int) {
 	return v.digest, len(v.rv)
 }
 
+// Holds reports whether the view is exactly objs (those keep counts), each
+// at its resourceVersion: whether the handler that keeps it has processed
+// everything its informer's store holds. An informer updates its store
+// before it hands the event to its handlers, so a handler's view can lag
+// its own store, and a comparison against a lagging view passes on stale
+// state.
+func (v *View) Holds(objs []any) bool {
+	var digest uint64
+	n := 0
+	for _, obj := range objs {
+		if v.keep != nil && !v.keep(obj) {
+			continue
+		}
+		key, err := cache.MetaNamespaceKeyFunc(obj)
+		a, aerr := meta.Accessor(obj)
+		if err != nil || aerr != nil {
+			continue
+		}
+		digest ^= entryHash(key, a.GetResourceVersion())
+		n++
+	}
+	d, size := v.Digest()
+	return d == digest && size == n
+}
+
 // Versions copies the view.
 func (v *View) Versions() map[string]string {
 	v.mu.Lock()

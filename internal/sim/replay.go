@@ -112,7 +112,7 @@ type replayer struct {
 	progress func(Progress)
 	start    time.Time
 
-	podStore, nrtStore cache.Store
+	podStore, nrtStore, groupStore cache.Store
 	// podView, nrtView and groupView are what the replay's own informers
 	// have processed, as the scheduler's handlers must have too.
 	podView, nrtView, groupView *schedulerrun.View
@@ -205,7 +205,7 @@ func (r *replayer) watch(stop chan struct{}) error {
 	if _, err := groupInf.AddEventHandler(track(r.groupView)); err != nil {
 		return err
 	}
-	r.podStore, r.nrtStore = podInf.GetStore(), nrtInf.GetStore()
+	r.podStore, r.nrtStore, r.groupStore = podInf.GetStore(), nrtInf.GetStore(), groupInf.GetStore()
 	pf.Start(stop)
 	nf.Start(stop)
 	if !cache.WaitForCacheSync(r.ctx.Done(), podInf.HasSynced, nrtInf.HasSynced, groupInf.HasSynced) {
@@ -390,6 +390,17 @@ func (r *replayer) unsettled(detail bool) string {
 	// Cheap checks first: most calls come while something is in flight.
 	if why := r.sched.Idle(); why != "" {
 		return "the scheduler: " + why
+	}
+	// The replay's own views first: the scheduler's handlers are compared
+	// with them, so they must have caught up with the replay's informers.
+	if !r.podView.Holds(r.podStore.List()) {
+		return "the replay's pod informer has not handed every pod event to its handler yet"
+	}
+	if !r.nrtView.Holds(r.nrtStore.List()) {
+		return "the replay's NodeResourceTopology informer has not handed every event to its handler yet"
+	}
+	if !r.groupView.Holds(r.groupStore.List()) {
+		return "the replay's PodGroup informer has not handed every event to its handler yet"
 	}
 	if why := r.sched.PodsBehind(r.podView, detail); why != "" {
 		return "the scheduler's " + why

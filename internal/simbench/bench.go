@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -31,6 +32,8 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/request"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
 // BenchSpec is a scheduler_perf-style measurement.
@@ -52,6 +55,32 @@ type BenchSpec struct {
 	// Profiles are the profiles under test, each measured against the
 	// default profile in rounds of its own. Default: nicaffinity-scheduler.
 	Profiles []string
+	// Workload is WorkloadGPU (every pod one GPU and RDMA, the default) or
+	// WorkloadMixed.
+	Workload string
+}
+
+// The bench's workloads.
+const (
+	// WorkloadGPU: every pod takes one GPU and RDMA, on HGX H100 nodes.
+	WorkloadGPU = "gpu"
+	// WorkloadMixed: what a shared cluster's scheduler also places, in
+	// tenths of each batch: 4 one-GPU RDMA pods; 2 pods without GPUs (which
+	// nicaffinity must not slow); 2 pods of two-pod jobs, 2 GPUs each, that
+	// follow their job's rails (indexed Job labels); 2 pods of one GPU and
+	// one SR-IOV VF. A quarter of the nodes are H20 boards with VFs (rails
+	// from PCI rank on every node).
+	WorkloadMixed = "mixed"
+)
+
+// Validate checks the spec; errors name the field.
+func (s BenchSpec) Validate() error {
+	switch s.Workload {
+	case "", WorkloadGPU, WorkloadMixed:
+	default:
+		return fmt.Errorf("workload %q: want %s or %s", s.Workload, WorkloadGPU, WorkloadMixed)
+	}
+	return nil
 }
 
 // BenchResult is what one profile measured over all its batches.
@@ -100,6 +129,9 @@ type BenchReport struct {
 // scheduling is measured).
 func Bench(ctx context.Context, spec BenchSpec, progress io.Writer) (*BenchReport, error) {
 	report := &BenchReport{}
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
 	if len(spec.Profiles) == 0 {
 		spec.Profiles = sim.Schedulers[:1]
 	}
@@ -123,7 +155,7 @@ func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []strin
 	if err != nil {
 		return err
 	}
-	if err := populate(ctx, cp, spec.Nodes, cp.TmpDir, progress); err != nil {
+	if err := populate(ctx, cp, spec.Nodes, spec.Workload == WorkloadMixed, cp.TmpDir, progress); err != nil {
 		return err
 	}
 	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
@@ -142,7 +174,7 @@ func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []strin
 	// start pays for cold caches and heap growth, which A B B A alone
 	// would charge to A.
 	for i, s := range all {
-		if _, err := runBatch(ctx, kube, s, fmt.Sprintf("w%d", i), max(1, spec.Pods/4)); err != nil {
+		if _, err := runBatch(ctx, kube, s, fmt.Sprintf("w%d", i), max(1, spec.Pods/4), spec.Workload == WorkloadMixed); err != nil {
 			return fmt.Errorf("warm-up (%s): %v", s, err)
 		}
 	}
@@ -161,7 +193,7 @@ func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []strin
 			}
 			round := map[string]*batchTotals{}
 			for _, s := range order {
-				b, err := runBatch(ctx, kube, s, fmt.Sprintf("b%d", n), spec.Pods)
+				b, err := runBatch(ctx, kube, s, fmt.Sprintf("b%d", n), spec.Pods, spec.Workload == WorkloadMixed)
 				n++
 				if err != nil {
 					return fmt.Errorf("round %d, %s: %v", r+1, s, err)
@@ -270,17 +302,57 @@ type batch struct {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // populate creates n GPU nodes with the HGX H100 shape's object.
-func populate(ctx context.Context, cp *controlplane.ControlPlane, n int, dir string, progress io.Writer) error {
-	topo, err := machines.Discover(dir, machines.HGXH100)
+// benchVFResource is the SR-IOV resource of the mixed workload's VF pods.
+const benchVFResource = "openshift.io/sriov_highnet"
+
+// benchNode is one machine's Node capacity and NodeResourceTopology input,
+// built once and shared by every node of that machine.
+type benchNode struct {
+	topo    *topology.Topology
+	offered []devices.Device
+	res     corev1.ResourceList
+}
+
+func newBenchNode(dir string, build func(*machines.Tree)) (benchNode, error) {
+	topo, err := machines.Discover(dir, build)
 	if err != nil {
-		return err
+		return benchNode{}, err
 	}
 	var offered []devices.Device
 	for _, g := range topo.GPUs {
 		offered = append(offered, devices.Device{Resource: "nvidia.com/gpu", ID: g.PCI.Address})
 	}
+	vfs := 0
+	for _, n := range topo.NICs {
+		for _, vf := range n.VFs {
+			offered = append(offered, devices.Device{Resource: benchVFResource, ID: vf})
+			vfs++
+		}
+	}
 	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("192"), corev1.ResourceMemory: resource.MustParse("2Ti"),
-		corev1.ResourcePods: resource.MustParse("110"), "nvidia.com/gpu": resource.MustParse("8"), "rdma/hca": resource.MustParse("100")}
+		corev1.ResourcePods: resource.MustParse("110"), "nvidia.com/gpu": *resource.NewQuantity(int64(len(topo.GPUs)), resource.DecimalSI),
+		"rdma/hca": resource.MustParse("100")}
+	if vfs > 0 {
+		res[benchVFResource] = *resource.NewQuantity(int64(vfs), resource.DecimalSI)
+	}
+	return benchNode{topo: topo, offered: offered, res: res}, nil
+}
+
+// populate creates n nodes: HGX H100, and with mixed every fourth an H20
+// with VFs, each with rails from PCI rank.
+func populate(ctx context.Context, cp *controlplane.ControlPlane, n int, mixed bool, dir string, progress io.Writer) error {
+	h100, err := newBenchNode(filepath.Join(dir, "hgx-h100"), machines.HGXH100)
+	if err != nil {
+		return err
+	}
+	kinds := []benchNode{h100}
+	if mixed {
+		h20, err := newBenchNode(filepath.Join(dir, "h20-sriov"), machines.H20SRIOV)
+		if err != nil {
+			return err
+		}
+		kinds = append(kinds, h100, h100, h20)
+	}
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -291,13 +363,18 @@ func populate(ctx context.Context, cp *controlplane.ControlPlane, n int, dir str
 			defer wg.Done()
 			defer func() { <-sem }()
 			name := fmt.Sprintf("gpu-%05d", i)
-			obj, _ := nrt.Build(nrt.Input{Node: name, Topology: topo, Snapshot: devices.Snapshot{Allocatable: offered}, Resources: nrt.DefaultResources()})
+			k := kinds[i%len(kinds)]
+			in := nrt.Input{Node: name, Topology: k.topo, Snapshot: devices.Snapshot{Allocatable: k.offered}, Resources: nrt.DefaultResources()}
+			if mixed {
+				in.Rails = nrt.Rails{Source: nrt.RailFromPCIRank}
+			}
+			obj, _ := nrt.Build(in)
 			if _, err := cp.NRT.TopologyV1alpha2().NodeResourceTopologies().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 				errs <- err
 				return
 			}
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
-				Status: corev1.NodeStatus{Capacity: res, Allocatable: res, Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+				Status: corev1.NodeStatus{Capacity: k.res, Allocatable: k.res, Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 			if _, err := cp.Kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 				errs <- err
 			}
@@ -311,10 +388,36 @@ func populate(ctx context.Context, cp *controlplane.ControlPlane, n int, dir str
 	return <-errs
 }
 
+// benchPod is pod i of a batch for scheduler: a one-GPU RDMA pod, or with
+// mixed, the kind WorkloadMixed gives position i.
+func benchPod(scheduler, prefix string, i int, mixed bool) *corev1.Pod {
+	gpu := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), "rdma/hca": resource.MustParse("1")}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%05d", prefix, i), Namespace: "default"},
+		Spec: corev1.PodSpec{SchedulerName: scheduler, Containers: []corev1.Container{{Name: "c", Image: "c",
+			Resources: corev1.ResourceRequirements{Limits: gpu, Requests: gpu}}}}}
+	if !mixed {
+		return p
+	}
+	var limits corev1.ResourceList
+	switch i % 10 {
+	case 4, 5: // no GPU
+		limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+	case 6, 7: // a two-pod job on its rails: pods 6 and 7 of each tenth
+		limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2"), "rdma/hca": resource.MustParse("1")}
+		p.Labels = map[string]string{request.IndexedJobLabel: fmt.Sprintf("%s-job-%05d", prefix, i/10)}
+	case 8, 9: // one GPU and one VF
+		limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), benchVFResource: resource.MustParse("1")}
+	default:
+		return p
+	}
+	p.Spec.Containers[0].Resources = corev1.ResourceRequirements{Limits: limits, Requests: limits}
+	return p
+}
+
 const benchCreators = 16
 
-// runBatch creates pods 1-GPU RDMA pods for scheduler and measures until all are bound.
-func runBatch(ctx context.Context, kube kubernetes.Interface, scheduler, prefix string, pods int) (batch, error) {
+// runBatch creates pods pods for scheduler (benchPod) and measures until all are bound.
+func runBatch(ctx context.Context, kube kubernetes.Interface, scheduler, prefix string, pods int, mixed bool) (batch, error) {
 	var b batch
 	pc := kube.CoreV1().Pods("default")
 	selector := fields.OneTermEqualSelector("spec.schedulerName", scheduler).String()
@@ -336,10 +439,7 @@ func runBatch(ctx context.Context, kube kubernetes.Interface, scheduler, prefix 
 	for w := 0; w < benchCreators; w++ {
 		go func() {
 			for i := range next {
-				limits := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), "rdma/hca": resource.MustParse("1")}
-				p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%05d", prefix, i), Namespace: "default"},
-					Spec: corev1.PodSpec{SchedulerName: scheduler, Containers: []corev1.Container{{Name: "c", Image: "c",
-						Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits}}}}}
+				p := benchPod(scheduler, prefix, i, mixed)
 				mu.Lock()
 				created[p.Name] = time.Now()
 				mu.Unlock()

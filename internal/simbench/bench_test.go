@@ -2,15 +2,20 @@ package simbench
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/nicaffinity/nicaffinity/pkg/request"
 )
 
 // TestBench runs the A B B A measurement on a small cluster: both profiles
@@ -32,6 +37,72 @@ func TestBench(t *testing.T) {
 	t.Logf("%+v ratio %.2f", results, ratio)
 	if ratio <= 0 {
 		t.Errorf("ratio %v", ratio)
+	}
+}
+
+// TestBenchMixed runs the mixed workload: pods without GPUs, two-pod jobs
+// on their rails and VF pods bind in both profiles.
+func TestBenchMixed(t *testing.T) {
+	report, err := Bench(context.Background(), BenchSpec{Nodes: 20, Pods: 60, Rounds: 1, Workload: WorkloadMixed}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(report.Rounds) != 1 || report.Rounds[0].Ratio <= 0 {
+		t.Errorf("rounds: %+v, want one with a ratio", report.Rounds)
+	}
+}
+
+func TestBenchSpecValidate(t *testing.T) {
+	for _, tc := range []struct {
+		workload, wantErr string
+	}{
+		{"", ""},
+		{WorkloadGPU, ""},
+		{WorkloadMixed, ""},
+		{"everything", `workload "everything": want gpu or mixed`},
+	} {
+		err := BenchSpec{Workload: tc.workload}.Validate()
+		if got := fmt.Sprint(err); (tc.wantErr == "" && err != nil) || (tc.wantErr != "" && got != tc.wantErr) {
+			t.Errorf("workload %q: error %v, want %q", tc.workload, err, tc.wantErr)
+		}
+	}
+	if _, err := Bench(context.Background(), BenchSpec{Nodes: 1, Pods: 1, Workload: "x"}, nil); err == nil {
+		t.Error("Bench ran a workload it does not know")
+	}
+}
+
+// TestBenchPodMix: a tenth of a mixed batch has four one-GPU RDMA pods, two
+// without GPUs, one two-pod job (both pods naming it) and two VF pods.
+func TestBenchPodMix(t *testing.T) {
+	kinds := map[string]int{}
+	jobs := map[string]int{}
+	for i := 0; i < 20; i++ {
+		p := benchPod("s", "b0", i, true)
+		l := p.Spec.Containers[0].Resources.Limits
+		gpus := l.Name("nvidia.com/gpu", resource.DecimalSI).Value()
+		switch {
+		case gpus == 0:
+			kinds["no GPU"]++
+		case !l.Name(benchVFResource, resource.DecimalSI).IsZero():
+			kinds["VF"]++
+		case p.Labels[request.IndexedJobLabel] != "":
+			kinds["job pod"]++
+			jobs[p.Labels[request.IndexedJobLabel]]++
+			if gpus != 2 {
+				t.Errorf("%s: %d GPUs, want 2", p.Name, gpus)
+			}
+		default:
+			kinds["one GPU"]++
+		}
+	}
+	if diff := cmp.Diff(map[string]int{"no GPU": 4, "VF": 4, "job pod": 4, "one GPU": 8}, kinds); diff != "" {
+		t.Errorf("kinds (-want,+got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]int{"b0-job-00000": 2, "b0-job-00001": 2}, jobs); diff != "" {
+		t.Errorf("jobs (-want,+got):\n%s", diff)
+	}
+	if p := benchPod("s", "b0", 5, false); p.Spec.Containers[0].Resources.Limits.Name("nvidia.com/gpu", resource.DecimalSI).Value() != 1 {
+		t.Errorf("the gpu workload's pod 5: %v, want one GPU", p.Spec.Containers[0].Resources.Limits)
 	}
 }
 
@@ -81,7 +152,7 @@ func TestRunBatchSurvivesClosedWatch(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	b, err := runBatch(ctx, kube, "nicaffinity-scheduler", "p", pods)
+	b, err := runBatch(ctx, kube, "nicaffinity-scheduler", "p", pods, false)
 	if err != nil {
 		t.Fatal(err)
 	}
