@@ -136,14 +136,22 @@ func unionRails(pods map[types.UID][]string) []string {
 	return out
 }
 
-// railRoom is, per rail, how many free GPUs of the cluster are at level
-// index li or closer to a NIC on it, over the usable views of nodes that
-// could take a pod of gpus GPUs there at all: where a job placing its
-// first pod has the most room for the rest. One pass over the views, made
-// once per multi-pod job.
+// railRoom is, per rail, how many free GPUs are at level index li or
+// closer to a NIC on it, over the usable views of nodes that could take a
+// pod of gpus GPUs there at all: where a job placing its first pod has the
+// most room for the rest. It runs in Reserve, on the scheduling cycle's
+// one thread, once per multi-pod job, so its work is bounded per call: it
+// reads at most maxRailRoomNodes views, all of a smaller cluster's and, of
+// a larger one, as many as the map's iteration order gives first (a
+// sample, as any estimate of where the job's later pods will find room
+// can only be).
 func (c *Cache) railRoom(li, gpus int) map[string]int {
 	room := map[string]int{}
+	read := 0
 	for _, cell := range *c.cells.Load() {
+		if read++; read > maxRailRoomNodes {
+			break
+		}
 		v, _ := usable(cell.Load())
 		if v == nil || (v.free&v.c.AnyNear[li]).Count() < gpus {
 			continue
@@ -156,3 +164,10 @@ func (c *Cache) railRoom(li, gpus int) map[string]int {
 	}
 	return room
 }
+
+// maxRailRoomNodes bounds railRoom's reads. A full pass over 5000 nodes in
+// every multi-pod job's first Reserve cost the mixed bench's nicaffinity
+// profile a third of its throughput (docs/simulate.md, bench); every
+// bundled simulator scenario with jobs has fewer nodes, so their replays
+// read every node and stay deterministic.
+const maxRailRoomNodes = 256

@@ -15,6 +15,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
 // railedH100 is an HGX H100's object with NIC k (next to GPU k) on rail
@@ -219,5 +220,37 @@ func TestGangUnreserveFreesAll(t *testing.T) {
 	}
 	if jobs, pods := st.jobs.size(); jobs != 0 || pods != 0 {
 		t.Errorf("after the gang's Unreserve: %d jobs, %d pods tracked", jobs, pods)
+	}
+}
+
+// TestRailRoomBounded: railRoom reads every node of a small cluster and at
+// most maxRailRoomNodes of a larger one. Every node here has one free GPU
+// next to each rail, so a rail's room is the number of nodes read.
+func TestRailRoomBounded(t *testing.T) {
+	li := levelIndex(topology.LevelPXB)
+	one := railedH100(t, "n")
+	for _, tc := range []struct {
+		nodes, want int
+	}{
+		{3, 3},
+		{maxRailRoomNodes, maxRailRoomNodes},
+		{maxRailRoomNodes + 20, maxRailRoomNodes},
+	} {
+		var objs []*v1alpha2.NodeResourceTopology
+		for i := 0; i < tc.nodes; i++ {
+			o := one.DeepCopy()
+			o.Name = fmt.Sprintf("n%03d", i)
+			objs = append(objs, o)
+		}
+		_, st := newTestPlugin(t, nil, objs...)
+		room := st.railRoom(li, 1)
+		if len(room) != 8 {
+			t.Fatalf("%d nodes: rails %v, want 8", tc.nodes, room)
+		}
+		for r, n := range room {
+			if n != tc.want {
+				t.Errorf("%d nodes: rail %s has room %d, want %d", tc.nodes, r, n, tc.want)
+			}
+		}
 	}
 }
