@@ -257,6 +257,13 @@ func (o *simulateOptions) plans(sc sim.Scenario, progress io.Writer) ([]*sim.Pla
 		}
 		plans = append(plans, plan)
 	}
+	if len(o.columns) == 0 {
+		var dropped []string
+		cols, dropped = sim.WithoutIdleGangs(plans, cols)
+		if len(dropped) > 0 {
+			fmt.Fprintf(progress, "%s left out: no multi-pod jobs, so it would place every pod as required+proxy does\n", strings.Join(dropped, ", "))
+		}
+	}
 	return plans, cols, nil
 }
 

@@ -4,9 +4,41 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nicaffinity/nicaffinity/internal/sim"
 )
+
+// TestGangColumnOnlyWithJobs: the gangs+rails column runs only where the
+// workload has multi-pod jobs (elsewhere it would repeat required+proxy
+// pod for pod), unless --columns names it.
+func TestGangColumnOnlyWithJobs(t *testing.T) {
+	for _, tc := range []struct {
+		scenario string
+		columns  []string
+		want     bool
+	}{
+		{"default", nil, false},
+		{"backlog", nil, false},
+		{"jobs", nil, true},
+		{"default", []string{"gangs+rails", "default-scheduler"}, true},
+	} {
+		o := &simulateOptions{runs: 1, columns: tc.columns}
+		var progress bytes.Buffer
+		_, cols, err := o.plans(sim.Scenarios[tc.scenario], &progress)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.ContainsFunc(cols, func(c sim.Column) bool { return c.Gang }); got != tc.want {
+			t.Errorf("%s, --columns %v: gang column %v, want %v (progress %q)", tc.scenario, tc.columns, got, tc.want, progress.String())
+		}
+		if !tc.want && !strings.Contains(progress.String(), "gangs+rails left out: no multi-pod jobs") {
+			t.Errorf("%s: progress %q does not say why gangs+rails is left out", tc.scenario, progress.String())
+		}
+	}
+}
 
 // TestSimulateRefusesBadInput: bad flags and specs fail before any control
 // plane starts, with errors that name the file, line and field.
@@ -47,6 +79,7 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 		{[]string{"bench", "--nodes", "0"}, "--nodes and --pods must be positive"},
 		{[]string{"bench", "-o", "yaml"}, `--output "yaml": want text or json`},
 		{[]string{"bench", "--rounds", "0"}, "--rounds 0: want 1 to 100"},
+		{[]string{"bench", "--workload", "everything", "--nodes", "1", "--pods", "1", "--micro=false"}, `workload "everything": want gpu or mixed`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			cmd := newRootCommand()

@@ -171,6 +171,39 @@ func (p *Plan) Bound() Bound { return p.bound }
 // Jobs is the number of jobs.
 func (p *Plan) Jobs() int { return len(p.jobs) }
 
+// MultiPodJobs is the number of jobs of more than one pod: without them,
+// a Gang column places every pod as the same column without Gang does.
+func (p *Plan) MultiPodJobs() int {
+	n := 0
+	for _, j := range p.jobs {
+		if j.Pods > 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// WithoutIdleGangs drops the Gang columns when no plan has a multi-pod
+// job: their pods would be those of the column without Gang, pod for pod,
+// so replaying them shows nothing and costs a cluster each.
+func WithoutIdleGangs(plans []*Plan, cols []Column) ([]Column, []string) {
+	for _, p := range plans {
+		if p.MultiPodJobs() > 0 {
+			return cols, nil
+		}
+	}
+	var kept []Column
+	var dropped []string
+	for _, c := range cols {
+		if c.Gang {
+			dropped = append(dropped, c.Name)
+			continue
+		}
+		kept = append(kept, c)
+	}
+	return kept, dropped
+}
+
 // Progress is a run's state, reported about twice a second: Elapsed on the
 // wall clock, Workload on the replay's virtual clock.
 type Progress struct {
