@@ -149,14 +149,9 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 	// Every scenario's plans are made first, so that a spec that does not
 	// fit fails before anything runs.
 	var reports []*sim.Report
-	var all [][]*sim.Plan
-	var cols []sim.Column
-	for _, sc := range scs {
-		plans, c, err := o.plans(sc, progress)
-		if err != nil {
-			return err
-		}
-		all, cols = append(all, plans), c
+	all, allCols, err := o.prepare(scs, progress)
+	if err != nil {
+		return err
 	}
 	stopProfile, err := startCPUProfile(o.cpuProfile)
 	if err != nil {
@@ -164,6 +159,7 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 	}
 	defer stopProfile()
 	for i, plans := range all {
+		cols := allCols[i]
 		parallel := o.parallel
 		if parallel == 0 {
 			parallel = scs[i].Parallel
@@ -213,6 +209,21 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 		}
 	}
 	return nil
+}
+
+// prepare makes every scenario's plans and picks each scenario's own
+// columns (a column can be left out of one and run in another).
+func (o *simulateOptions) prepare(scs []sim.Scenario, progress io.Writer) ([][]*sim.Plan, [][]sim.Column, error) {
+	var all [][]*sim.Plan
+	var allCols [][]sim.Column
+	for _, sc := range scs {
+		plans, c, err := o.plans(sc, progress)
+		if err != nil {
+			return nil, nil, err
+		}
+		all, allCols = append(all, plans), append(allCols, c)
+	}
+	return all, allCols, nil
 }
 
 // plans are a scenario's plans, one per seed, and the columns to run.

@@ -38,6 +38,16 @@ func TestGangColumnOnlyWithJobs(t *testing.T) {
 			t.Errorf("%s: progress %q does not say why gangs+rails is left out", tc.scenario, progress.String())
 		}
 	}
+	// Several scenarios: each keeps its own columns.
+	o := &simulateOptions{runs: 1}
+	_, cols, err := o.prepare([]sim.Scenario{sim.Scenarios["default"], sim.Scenarios["jobs"]}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gang := func(cs []sim.Column) bool { return slices.ContainsFunc(cs, func(c sim.Column) bool { return c.Gang }) }
+	if len(cols) != 2 || gang(cols[0]) || !gang(cols[1]) {
+		t.Errorf("default then jobs: gang column in each %v, want in jobs only", []bool{gang(cols[0]), len(cols) > 1 && gang(cols[1])})
+	}
 }
 
 // TestSimulateRefusesBadInput: bad flags and specs fail before any control
