@@ -257,9 +257,8 @@ func (v *View) Set(obj any) {
 		v.Delete(obj)
 		return
 	}
-	key, err := cache.MetaNamespaceKeyFunc(obj)
-	a, aerr := meta.Accessor(obj)
-	if err != nil || aerr != nil {
+	key, rv, ok := entryOf(obj)
+	if !ok {
 		return
 	}
 	v.mu.Lock()
@@ -267,8 +266,18 @@ func (v *View) Set(obj any) {
 	if old, ok := v.rv[key]; ok {
 		v.digest ^= entryHash(key, old)
 	}
-	v.rv[key] = a.GetResourceVersion()
-	v.digest ^= entryHash(key, a.GetResourceVersion())
+	v.rv[key] = rv
+	v.digest ^= entryHash(key, rv)
+}
+
+// entryOf is obj's key (namespace/name) and resourceVersion in a view.
+func entryOf(obj any) (key, rv string, ok bool) {
+	key, err := cache.MetaNamespaceKeyFunc(obj)
+	a, aerr := meta.Accessor(obj)
+	if err != nil || aerr != nil {
+		return "", "", false
+	}
+	return key, a.GetResourceVersion(), true
 }
 
 // Delete forgets obj (or its tombstone).
@@ -305,12 +314,11 @@ func (v *View) Holds(objs []any) bool {
 		if v.keep != nil && !v.keep(obj) {
 			continue
 		}
-		key, err := cache.MetaNamespaceKeyFunc(obj)
-		a, aerr := meta.Accessor(obj)
-		if err != nil || aerr != nil {
+		key, rv, ok := entryOf(obj)
+		if !ok {
 			continue
 		}
-		digest ^= entryHash(key, a.GetResourceVersion())
+		digest ^= entryHash(key, rv)
 		n++
 	}
 	d, size := v.Digest()

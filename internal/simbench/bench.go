@@ -155,7 +155,8 @@ func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []strin
 	if err != nil {
 		return err
 	}
-	if err := populate(ctx, cp, spec.Nodes, spec.Workload == WorkloadMixed, cp.TmpDir, progress); err != nil {
+	mixed := spec.Workload == WorkloadMixed
+	if err := populate(ctx, cp, spec.Nodes, mixed, cp.TmpDir, progress); err != nil {
 		return err
 	}
 	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
@@ -174,7 +175,7 @@ func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []strin
 	// start pays for cold caches and heap growth, which A B B A alone
 	// would charge to A.
 	for i, s := range all {
-		if _, err := runBatch(ctx, kube, s, fmt.Sprintf("w%d", i), max(1, spec.Pods/4), spec.Workload == WorkloadMixed); err != nil {
+		if _, err := runBatch(ctx, kube, s, fmt.Sprintf("w%d", i), max(1, spec.Pods/4), mixed); err != nil {
 			return fmt.Errorf("warm-up (%s): %v", s, err)
 		}
 	}
@@ -193,7 +194,7 @@ func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []strin
 			}
 			round := map[string]*batchTotals{}
 			for _, s := range order {
-				b, err := runBatch(ctx, kube, s, fmt.Sprintf("b%d", n), spec.Pods, spec.Workload == WorkloadMixed)
+				b, err := runBatch(ctx, kube, s, fmt.Sprintf("b%d", n), spec.Pods, mixed)
 				n++
 				if err != nil {
 					return fmt.Errorf("round %d, %s: %v", r+1, s, err)
@@ -301,7 +302,6 @@ type batch struct {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// populate creates n GPU nodes with the HGX H100 shape's object.
 // benchVFResource is the SR-IOV resource of the mixed workload's VF pods.
 const benchVFResource = "openshift.io/sriov_highnet"
 
