@@ -13,6 +13,7 @@ import (
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
@@ -65,11 +66,19 @@ func hasRails(o *v1alpha2.NodeResourceTopology) bool {
 }
 
 // gang creates a PodGroup that binds all n pods or none.
-func (e *env) gang(t *testing.T, name string, n int32) {
+func (e *env) gang(t *testing.T, name string, n int32) { e.gangIn(t, name, n, "") }
+
+// gangIn is gang with, when topologyKey is not empty, the constraint that
+// every member lands in one domain of that node label.
+func (e *env) gangIn(t *testing.T, name string, n int32, topologyKey string) {
 	t.Helper()
 	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
 			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: n}}}}
+	if topologyKey != "" {
+		pg.Spec.SchedulingConstraints = &schedulingv1beta1.PodGroupSchedulingConstraints{
+			Topology: []schedulingv1beta1.TopologyConstraint{{Key: topologyKey}}}
+	}
 	if _, err := e.cp.Kube.SchedulingV1beta1().PodGroups("default").Create(context.Background(), pg, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -210,6 +219,51 @@ func TestE2EJobSetRailsPreferred(t *testing.T) {
 	}
 	if len(slices.Compact(slices.Clone(rails))) != 1 {
 		t.Errorf("rail sets %v: the job's pods are on different rails", rails)
+	}
+}
+
+// TestE2EPlacementScoreAligned: with TopologyAwareWorkloadScheduling on and
+// a PodGroup constrained to one rack, the scheduler tries one placement per
+// rack and nicaffinity's ScorePlacement picks the rack where the members
+// are aligned and on one rail set. Racks 1 and 2 (one half-NIC node each)
+// have only their NIC-less GPUs free, rack 3 (two empty half-NIC nodes)
+// has aligned ones; every rack fits the whole gang under preferred, so the
+// in-tree placement score (pods placed) ties them all and, without this
+// plugin's score, the scheduler picks a rack at random: both gangs would
+// land in rack 3 one time in nine.
+func TestE2EPlacementScoreAligned(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.GenericWorkload, true)
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.TopologyAwareWorkloadScheduling, true)
+	const rackLabel = "example.com/rack"
+	racks := map[string]string{"a": "rack-1", "b": "rack-2", "c": "rack-3", "d": "rack-3"}
+	e := startJobsEnv(t, "a", "b", "c", "d")
+	for node, rack := range racks {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, rackLabel, rack)
+		if _, err := e.cp.Kube.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"a", "b"} {
+		e.filler(t, "fill-"+n, 4, true, n) // the four GPUs next to a NIC
+		e.waitRunning(t, "fill-"+n)
+	}
+	preferred := map[string]string{annotations.Policy: annotations.PolicyPreferred}
+	for _, job := range []string{"first", "second"} {
+		e.gangIn(t, job, 2, rackLabel)
+		for i := range 2 {
+			e.worker(t, fmt.Sprintf("%s-%d", job, i), 2, job, nil, preferred)
+		}
+		var rails []string
+		for i := range 2 {
+			name := fmt.Sprintf("%s-%d", job, i)
+			rails = append(rails, e.railsOf(t, name))
+			if n := e.pod(t, name).Spec.NodeName; racks[n] != "rack-3" {
+				t.Errorf("%s went to %s in %s, where no GPU next to a NIC is free", name, n, racks[n])
+			}
+		}
+		if rails[0] != rails[1] {
+			t.Errorf("%s: rail sets %v: the job's pods are on different rails", job, rails)
+		}
 	}
 }
 

@@ -94,6 +94,10 @@ func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v
 		alloc.Level = worst.String()
 	}
 	s.planned = alloc
+	if s.req.rdma {
+		// In a pod-group cycle, what ScorePlacement ranks placements by.
+		recordPlacement(cycle, pod.UID, memberPlan{aligned: worst <= s.req.maxLevel, rails: joinRails(alloc.Rails)})
+	}
 	klog.FromContext(ctx).V(4).Info("Reserved GPUs", "pod", klog.KObj(pod), "node", node, "gpus", alloc.GPUs, "nics", alloc.NICs, "level", alloc.Level)
 	return nil
 }
