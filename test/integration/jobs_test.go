@@ -10,6 +10,7 @@ import (
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -264,6 +265,55 @@ func TestE2EPlacementScoreAligned(t *testing.T) {
 		if rails[0] != rails[1] {
 			t.Errorf("%s: rail sets %v: the job's pods are on different rails", job, rails)
 		}
+	}
+}
+
+// TestE2EGangPreemptsTowardAlignment: a high-priority PodGroup of two
+// 2-GPU RDMA pods under required, on one half-NIC node whose four aligned
+// GPUs a low-priority pod holds, preempts it through 1.37's pod-group
+// preemption and binds whole and aligned. That preemption takes its
+// victims out of the scheduler's snapshot and runs the group on fresh
+// cycle states, so the plugin must see there what the victims would free.
+func TestE2EGangPreemptsTowardAlignment(t *testing.T) {
+	e := startJobsEnv(t, "a")
+	ctx := context.Background()
+	for name, value := range map[string]int32{"low": 100, "high": 10000} {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
+		if _, err := e.cp.Kube.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submit := func(name, class, podGroup string, gpus int64) {
+		limits := corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI), "rdma/hca": resource.MustParse("1")}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec: corev1.PodSpec{SchedulerName: "nicaffinity-scheduler", PriorityClassName: class,
+				Containers: []corev1.Container{{Name: "train", Image: "train", Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits}}}}}
+		if podGroup != "" {
+			pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &podGroup}
+		}
+		if _, err := e.cp.Kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submit("low", "low", "", 4)
+	e.waitRunning(t, "low")
+	if o := e.observed(t, "low"); !o.Aligned {
+		t.Fatalf("the low-priority pod is not aligned (%+v): the scenario needs it on the aligned GPUs", o)
+	}
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "default"},
+		Spec: schedulingv1beta1.PodGroupSpec{PriorityClassName: "high", SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
+			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 2}}}}
+	if _, err := e.cp.Kube.SchedulingV1beta1().PodGroups("default").Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		submit(fmt.Sprintf("train-%d", i), "high", "train", 2)
+	}
+	for i := range 2 {
+		e.railsOf(t, fmt.Sprintf("train-%d", i))
+	}
+	if _, err := e.cp.Kube.CoreV1().Pods("default").Get(ctx, "low", metav1.GetOptions{}); err == nil {
+		t.Errorf("the low-priority pod is still there")
 	}
 }
 

@@ -268,6 +268,20 @@ func (c *Cache) Reserve(node string, pod types.UID, gpus nrt.GPUSet, vfs map[int
 	c.rebuild(node)
 }
 
+// reservedGPUs are the GPUs this scheduler has reserved on node, whether
+// or not its object shows them in use yet.
+func (c *Cache) reservedGPUs(node string) nrt.GPUSet {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out nrt.GPUSet
+	if e, ok := c.nodes[node]; ok {
+		for _, r := range e.reserved {
+			out |= r.gpus
+		}
+	}
+	return out
+}
+
 // Unreserve drops the pod's reservation.
 func (c *Cache) Unreserve(node string, pod types.UID) {
 	c.mu.Lock()

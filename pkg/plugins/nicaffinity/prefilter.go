@@ -77,7 +77,11 @@ func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v
 		// of the members reserved before this one.
 		req.jobRails = pl.cache.jobs.rails(req.job)
 	}
-	cycle.Write(stateKey, &preFilterState{req: *req})
+	st := &preFilterState{req: *req}
+	if req.rdma && cycle.IsPodGroupSchedulingCycle() {
+		st.overlays = pl.removedOverlays(nodes)
+	}
+	cycle.Write(stateKey, st)
 	return nil, nil
 }
 

@@ -31,6 +31,11 @@ func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v
 	if v == nil || s.req.gpus > len(v.c.GPUs) {
 		return nil // nothing to plan against: the kubelet decides alone
 	}
+	if o, ok := s.overlays[node]; ok {
+		// A pod-group preemption's what-if: plan as if its victims were
+		// gone, as Filter judged (the framework undoes this Reserve).
+		v = v.withOverlay(o)
+	}
 	steps := maxCallSteps
 	li := v.bestLevel(&s.req, &steps)
 	if li < 0 {
