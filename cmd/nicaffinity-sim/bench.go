@@ -48,6 +48,7 @@ lifted, as in scheduler_perf.`,
 	cmd.Flags().IntVar(&o.spec.Rounds, "rounds", 1, "rounds of A B B A in one process, the order turning each round (B A A B, A B B A, ...)")
 	cmd.Flags().BoolVar(&o.spec.DefaultFirst, "default-first", false, "start with B A A B (default profile first) to check for order effects")
 	cmd.Flags().StringSliceVar(&o.spec.Profiles, "profiles", nil, "profiles of --scheduler-config to measure, each against the default profile (default nicaffinity-scheduler)")
+	cmd.Flags().BoolVar(&o.spec.NoiseFloor, "noise-floor", false, "also measure a second profile of the default plugins (default-copy) against the default profile: the ratio a profile gets from noise alone")
 	cmd.Flags().BoolVar(&o.micro, "micro", true, "also run the Filter/Score micro-benchmarks")
 	cmd.Flags().StringVar(&o.spec.Workload, "workload", simbench.WorkloadGPU, "gpu (one-GPU RDMA pods) or mixed (pods without GPUs, two-pod jobs on their rails, VF pods; docs/simulate.md)")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "text or json")

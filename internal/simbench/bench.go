@@ -11,6 +11,7 @@ import (
 	"math"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -59,7 +60,15 @@ type BenchSpec struct {
 	// Workload is WorkloadGPU (every pod one GPU and RDMA, the default) or
 	// WorkloadMixed.
 	Workload string
+	// NoiseFloor adds NoiseProfile, a second profile of the default plugins
+	// alone, measured against the default profile like the profiles under
+	// test: its ratio would be 1 on a bench without noise, so its rounds
+	// show how far a ratio moves on its own.
+	NoiseFloor bool
 }
+
+// NoiseProfile is the default plugins under another profile name.
+const NoiseProfile = "default-copy"
 
 // The bench's workloads.
 const (
@@ -137,6 +146,9 @@ func Bench(ctx context.Context, spec BenchSpec, progress io.Writer) (*BenchRepor
 		spec.Profiles = sim.Schedulers[:1]
 	}
 	def := sim.Schedulers[1]
+	if spec.NoiseFloor {
+		spec.Profiles = append(slices.Clone(spec.Profiles), NoiseProfile)
+	}
 	all := append(append([]string{}, spec.Profiles...), def)
 	return report, bench(ctx, spec, report, all, def, progress)
 }
@@ -281,10 +293,15 @@ func benchConfig(custom string, under []string) (string, error) {
 					found = true
 				}
 			}
+			if !found && want == NoiseProfile {
+				doc["profiles"] = append(profiles, map[string]any{"schedulerName": NoiseProfile})
+				continue
+			}
 			if !found {
 				return fmt.Errorf("scheduler configuration: no profile named %s", want)
 			}
 		}
+		profiles, _ = doc["profiles"].([]any)
 		doc["profiles"] = append(profiles, map[string]any{"schedulerName": sim.Schedulers[1]})
 		doc["clientConnection"] = map[string]any{"qps": 5000, "burst": 5000}
 		return nil

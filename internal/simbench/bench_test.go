@@ -40,6 +40,30 @@ func TestBench(t *testing.T) {
 	}
 }
 
+// TestBenchNoiseFloor: with NoiseFloor, a profile of the default plugins
+// under another name is measured against the default profile too, in
+// rounds of its own, after the profile under test (whose ratio stays the
+// report's).
+func TestBenchNoiseFloor(t *testing.T) {
+	report, err := Bench(context.Background(), BenchSpec{Nodes: 20, Pods: 40, Rounds: 1, NoiseFloor: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range report.Rounds {
+		got = append(got, r.Profile)
+		if r.Ratio <= 0 {
+			t.Errorf("round %+v: no ratio", r)
+		}
+	}
+	if diff := cmp.Diff([]string{"nicaffinity-scheduler", NoiseProfile}, got); diff != "" {
+		t.Errorf("rounds' profiles (-want,+got):\n%s", diff)
+	}
+	if n := len(report.Results); n != 3 || report.Results[0].Scheduler != "nicaffinity-scheduler" || report.Results[1].Scheduler != NoiseProfile {
+		t.Errorf("results %+v: want the profile under test, default-copy, the default", report.Results)
+	}
+}
+
 // TestBenchMixed runs the mixed workload: pods without GPUs, two-pod jobs
 // on their rails and VF pods bind in both profiles.
 func TestBenchMixed(t *testing.T) {
