@@ -286,22 +286,22 @@ func benchConfig(custom string, under []string) (string, error) {
 	}
 	return schedulerrun.Edit(cfg, func(doc map[string]any) error {
 		profiles, _ := doc["profiles"].([]any)
-		for _, want := range under {
-			found := false
+		has := func(name string) bool {
 			for _, p := range profiles {
-				if m, ok := p.(map[string]any); ok && m["schedulerName"] == want {
-					found = true
+				if m, ok := p.(map[string]any); ok && m["schedulerName"] == name {
+					return true
 				}
 			}
-			if !found && want == NoiseProfile {
-				doc["profiles"] = append(profiles, map[string]any{"schedulerName": NoiseProfile})
-				continue
-			}
-			if !found {
+			return false
+		}
+		if slices.Contains(under, NoiseProfile) && !has(NoiseProfile) {
+			profiles = append(profiles, map[string]any{"schedulerName": NoiseProfile})
+		}
+		for _, want := range under {
+			if !has(want) {
 				return fmt.Errorf("scheduler configuration: no profile named %s", want)
 			}
 		}
-		profiles, _ = doc["profiles"].([]any)
 		doc["profiles"] = append(profiles, map[string]any{"schedulerName": sim.Schedulers[1]})
 		doc["clientConnection"] = map[string]any{"qps": 5000, "burst": 5000}
 		return nil

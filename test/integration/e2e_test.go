@@ -534,6 +534,17 @@ func TestE2EGB200(t *testing.T) {
 	}
 }
 
+// priorityClasses creates the classes "low" (100) and "high" (10000).
+func (e *env) priorityClasses(t *testing.T) {
+	t.Helper()
+	for name, value := range map[string]int32{"low": 100, "high": 10000} {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
+		if _, err := e.cp.Kube.SchedulingV1().PriorityClasses().Create(context.Background(), pc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestE2EPreemptsTowardAlignment: a low-priority RDMA pod holds the only
 // aligned GPUs of a half-NIC node; a high-priority aligned RDMA pod finds
 // only PHB GPUs free, so DefaultPreemption, which sees through the
@@ -544,20 +555,11 @@ func TestE2EPreemptsTowardAlignment(t *testing.T) {
 	// GPUs the scheduler chose.
 	e := startEnv(t, cluster.NodeSpec{Name: "a", Machine: machines.HalfNICs, Policy: kubeletsim.Proxy})
 	ctx := context.Background()
-	for name, value := range map[string]int32{"low": 100, "high": 10000} {
-		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
-		if _, err := e.cp.Kube.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.priorityClasses(t)
 	submit := func(name, class string, gpus int64) {
-		limits := corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI), "rdma/hca": resource.MustParse("1")}
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-			Spec: corev1.PodSpec{SchedulerName: "nicaffinity-scheduler", PriorityClassName: class,
-				Containers: []corev1.Container{{Name: "train", Image: "train", Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits}}}}}
-		if _, err := e.cp.Kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		pod := rdmaPod(name, gpus, nil)
+		pod.Spec.PriorityClassName = class
+		e.create(t, pod)
 	}
 	submit("low", "low", 4)
 	e.waitRunning(t, "low")

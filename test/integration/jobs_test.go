@@ -10,7 +10,6 @@ import (
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	corev1 "k8s.io/api/core/v1"
-	schedulingv1 "k8s.io/api/scheduling/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,39 +65,44 @@ func hasRails(o *v1alpha2.NodeResourceTopology) bool {
 	return false
 }
 
-// gang creates a PodGroup that binds all n pods or none.
-func (e *env) gang(t *testing.T, name string, n int32) { e.gangIn(t, name, n, "") }
-
-// gangIn is gang with, when topologyKey is not empty, the constraint that
-// every member lands in one domain of that node label.
-func (e *env) gangIn(t *testing.T, name string, n int32, topologyKey string) {
+// gang creates a PodGroup that binds all n pods or none; edit, when not
+// nil, changes its spec first.
+func (e *env) gang(t *testing.T, name string, n int32, edit func(*schedulingv1beta1.PodGroupSpec)) {
 	t.Helper()
 	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
 			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: n}}}}
-	if topologyKey != "" {
-		pg.Spec.SchedulingConstraints = &schedulingv1beta1.PodGroupSchedulingConstraints{
-			Topology: []schedulingv1beta1.TopologyConstraint{{Key: topologyKey}}}
+	if edit != nil {
+		edit(&pg.Spec)
 	}
 	if _, err := e.cp.Kube.SchedulingV1beta1().PodGroups("default").Create(context.Background(), pg, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
 
+// create creates pod.
+func (e *env) create(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	if _, err := e.cp.Kube.CoreV1().Pods(pod.Namespace).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inGroup puts pod in podGroup.
+func inGroup(pod *corev1.Pod, podGroup string) {
+	pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &podGroup}
+}
+
 // worker creates an RDMA pod of gpus GPUs for the nicaffinity scheduler,
 // in podGroup when it is not empty, with labels and annotations.
 func (e *env) worker(t *testing.T, name string, gpus int64, podGroup string, labels, ann map[string]string) {
 	t.Helper()
-	limits := corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI), "rdma/hca": resource.MustParse("1")}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels, Annotations: ann},
-		Spec: corev1.PodSpec{SchedulerName: "nicaffinity-scheduler",
-			Containers: []corev1.Container{{Name: "train", Image: "train", Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits}}}}}
+	pod := rdmaPod(name, gpus, ann)
+	pod.Labels = labels
 	if podGroup != "" {
-		pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &podGroup}
+		inGroup(pod, podGroup)
 	}
-	if _, err := e.cp.Kube.CoreV1().Pods("default").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.create(t, pod)
 }
 
 // railsOf is the plan's rails of a running pod, checked against what the
@@ -133,7 +137,7 @@ func TestE2EGangOnOneRailSet(t *testing.T) {
 	e.waitRunning(t, "fill-plain")
 	e.filler(t, "fill-rail0", 2, true, "e")
 	e.waitRunning(t, "fill-rail0")
-	e.gang(t, "train", 4)
+	e.gang(t, "train", 4, nil)
 	for i := range 4 {
 		e.worker(t, fmt.Sprintf("train-%d", i), 2, "train", nil, nil)
 	}
@@ -163,12 +167,12 @@ func TestE2EGangOnOneRailSet(t *testing.T) {
 // which needs every aligned GPU of both nodes, binds right after.
 func TestE2EGangAllOrNothing(t *testing.T) {
 	e := startJobsEnv(t, "a", "b")
-	e.gang(t, "big", 3)
+	e.gang(t, "big", 3, nil)
 	for i := range 3 {
 		e.worker(t, fmt.Sprintf("big-%d", i), 4, "big", nil, nil)
 	}
 	waitFailedScheduling(t, e.cp, "big-0")
-	e.gang(t, "fits", 2)
+	e.gang(t, "fits", 2, nil)
 	for i := range 2 {
 		e.worker(t, fmt.Sprintf("fits-%d", i), 4, "fits", nil, nil)
 	}
@@ -250,7 +254,10 @@ func TestE2EPlacementScoreAligned(t *testing.T) {
 	}
 	preferred := map[string]string{annotations.Policy: annotations.PolicyPreferred}
 	for _, job := range []string{"first", "second"} {
-		e.gangIn(t, job, 2, rackLabel)
+		e.gang(t, job, 2, func(s *schedulingv1beta1.PodGroupSpec) {
+			s.SchedulingConstraints = &schedulingv1beta1.PodGroupSchedulingConstraints{
+				Topology: []schedulingv1beta1.TopologyConstraint{{Key: rackLabel}}}
+		})
 		for i := range 2 {
 			e.worker(t, fmt.Sprintf("%s-%d", job, i), 2, job, nil, preferred)
 		}
@@ -277,35 +284,22 @@ func TestE2EPlacementScoreAligned(t *testing.T) {
 func TestE2EGangPreemptsTowardAlignment(t *testing.T) {
 	e := startJobsEnv(t, "a")
 	ctx := context.Background()
-	for name, value := range map[string]int32{"low": 100, "high": 10000} {
-		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
-		if _, err := e.cp.Kube.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.priorityClasses(t)
 	submit := func(name, class, podGroup string, gpus int64) {
-		limits := corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI), "rdma/hca": resource.MustParse("1")}
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-			Spec: corev1.PodSpec{SchedulerName: "nicaffinity-scheduler", PriorityClassName: class,
-				Containers: []corev1.Container{{Name: "train", Image: "train", Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits}}}}}
+		pod := rdmaPod(name, gpus, nil)
+		pod.Spec.PriorityClassName = class
 		if podGroup != "" {
-			pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &podGroup}
+			inGroup(pod, podGroup)
 		}
-		if _, err := e.cp.Kube.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		e.create(t, pod)
 	}
 	submit("low", "low", "", 4)
 	e.waitRunning(t, "low")
 	if o := e.observed(t, "low"); !o.Aligned {
 		t.Fatalf("the low-priority pod is not aligned (%+v): the scenario needs it on the aligned GPUs", o)
 	}
-	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "default"},
-		Spec: schedulingv1beta1.PodGroupSpec{PriorityClassName: "high", SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
-			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 2}}}}
-	if _, err := e.cp.Kube.SchedulingV1beta1().PodGroups("default").Create(ctx, pg, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// The group's priority must be its members'.
+	e.gang(t, "train", 2, func(s *schedulingv1beta1.PodGroupSpec) { s.PriorityClassName = "high" })
 	for i := range 2 {
 		submit(fmt.Sprintf("train-%d", i), "high", "train", 2)
 	}
