@@ -133,6 +133,17 @@ func (v *Vendor) registerLoop(ctx context.Context) {
 					_ = v.stub.Restart(ctx)
 				}
 				if err := v.stub.Register(ctx, kubeletSock, v.opts.Resource, ""); err == nil {
+					// The kubelet registered with is the one serving
+					// kubelet.sock now, not necessarily the one stat'd
+					// above: a kubelet that starts between the two stats
+					// wipes this plugin's socket after the first, and the
+					// dial reaches it. Keeping the first would register a
+					// second time with the same kubelet, which its device
+					// manager refuses ("device plugin already connected")
+					// and then drops the resource's client.
+					if st, err := os.Stat(kubeletSock); err == nil {
+						cur = id{st.Sys().(*syscall.Stat_t).Ino, st.ModTime().UnixNano()}
+					}
 					last = cur
 					v.mu.Lock()
 					v.registered++

@@ -264,8 +264,18 @@ func (p *Proxy) Run(ctx context.Context) error {
 				}
 				f.registered.Store(false)
 			}
-			if !f.registered.Load() {
-				f.registered.Store(p.registerWithKubelet(ctx, f) == nil)
+			if !f.registered.Load() && p.registerWithKubelet(ctx, f) == nil {
+				f.registered.Store(true)
+				// The kubelet that took the registration serves
+				// kubelet.sock now; it is not the one stat'd above when it
+				// started between that stat and the socket check (it wiped
+				// ours). Remembering the older file would read as a restart
+				// on the next tick and register again with the same
+				// kubelet, which refuses it ("device plugin already
+				// connected") and drops the resource's client.
+				if now := fileIDOf(filepath.Join(p.cfg.KubeletDir, filepath.Base(pluginapi.KubeletSocket))); now != (fileID{}) {
+					kubeletSock = now
+				}
 			}
 		}
 	}

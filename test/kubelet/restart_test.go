@@ -99,6 +99,11 @@ func TestRealKubeletRestarts(t *testing.T) {
 		// After admission: the kubelet keeps its checkpoint.
 		tc.restart()
 		n.waitDevices(gpuRes, len(n.topo.GPUs))
+		// The scheduler counts from the Node object, which the kubelet
+		// set to no GPUs while their plugin was gone and restores only on
+		// its next status update: a kubelet paused or stopped before that
+		// leaves the next pod Insufficient.
+		n.waitAllocatable(gpuRes, len(n.topo.GPUs))
 		e.followsPlan(t, admitted)
 
 		// Between binding and admission. The exporter must have caught up
