@@ -146,6 +146,7 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 	if o.parallel < 0 || o.parallel > maxParallel {
 		return fmt.Errorf("--parallel %d: want 1 to %d", o.parallel, maxParallel)
 	}
+	defer tuneGC(simHeapFloor)()
 	// Every scenario's plans are made first, so that a spec that does not
 	// fit fails before anything runs.
 	var reports []*sim.Report

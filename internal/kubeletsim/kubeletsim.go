@@ -234,6 +234,12 @@ func (k *Kubelet) admit(ctx context.Context, obj interface{}) {
 		// The containers "stop" at once: free the devices and let the
 		// object go, as the kubelet does after a graceful shutdown.
 		k.release(pod.UID)
+		if g := pod.DeletionGracePeriodSeconds; g != nil && *g == 0 {
+			// Ours, or another's, immediate delete: the apiserver writes
+			// the zero grace period, then removes the object. Deleting
+			// again would only be refused (not found).
+			return
+		}
 		zero := int64(0)
 		if err := k.kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && ctx.Err() == nil {
 			klog.V(2).InfoS("Simulated kubelet could not finish deleting a pod", "pod", klog.KObj(pod), "err", err)

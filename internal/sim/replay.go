@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	nrtv1alpha2 "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
@@ -122,6 +123,15 @@ type replayer struct {
 	// created is when each pod was created on the wall clock, for the
 	// latency rows.
 	created map[string]time.Time
+
+	// refused names the pods the scheduler has found unschedulable, as the
+	// replay's pod handler saw their conditions. The scheduler writes that
+	// condition after it has let go of the pod, so a moment can settle
+	// before the write reaches the replay; read from the pods at a moment,
+	// a refusal whose pod bound at the next one was missed or not by how
+	// fast the write came. The handler sees every write, in order.
+	refusedMu sync.Mutex
+	refused   map[string]bool
 }
 
 func (r *replayer) notify() {
@@ -135,7 +145,7 @@ func (r *replayer) notify() {
 func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Cluster, sched *schedulerrun.Scheduler, p *Plan, col Column, progress func(Progress)) ([]*record, time.Duration, error) {
 	r := &replayer{ctx: ctx, cp: cp, cl: cl, sched: sched, p: p, col: col, pods: cp.Kube.CoreV1().Pods("default"),
 		info: map[string]nodeInfo{}, byPod: map[string]*podRecord{}, jobOf: map[string]*record{}, progress: progress,
-		changed: make(chan struct{}, 1), alive: map[string]bool{}, created: map[string]time.Time{},
+		changed: make(chan struct{}, 1), alive: map[string]bool{}, created: map[string]time.Time{}, refused: map[string]bool{},
 		podView: schedulerrun.NewView(func(obj any) bool {
 			pod, ok := obj.(*corev1.Pod)
 			return ok && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
@@ -179,30 +189,36 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 		}
 	}
 	r.report()
+	// A job given up on was refused moments before its end, but take
+	// every refusal the handler has seen.
+	for name, rec := range r.jobOf {
+		rec.Refused = rec.Refused || r.wasRefused(name)
+	}
 	return r.recs, r.now, ctx.Err()
 }
 
 // watch starts the replay's own pod and NodeResourceTopology informers.
 func (r *replayer) watch(stop chan struct{}) error {
-	track := func(v *schedulerrun.View) cache.ResourceEventHandler {
+	track := func(v *schedulerrun.View, seen func(obj any)) cache.ResourceEventHandler {
 		return cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { v.Set(obj); r.notify() },
-			UpdateFunc: func(_, obj any) { v.Set(obj); r.notify() },
+			AddFunc:    func(obj any) { seen(obj); v.Set(obj); r.notify() },
+			UpdateFunc: func(_, obj any) { seen(obj); v.Set(obj); r.notify() },
 			DeleteFunc: func(obj any) { v.Delete(obj); r.notify() },
 		}
 	}
+	nothing := func(any) {}
 	pf := informers.NewSharedInformerFactoryWithOptions(r.cp.Kube, 0, informers.WithNamespace("default"))
 	podInf := pf.Core().V1().Pods().Informer()
-	if _, err := podInf.AddEventHandler(track(r.podView)); err != nil {
+	if _, err := podInf.AddEventHandler(track(r.podView, r.noteRefusal)); err != nil {
 		return err
 	}
 	nf := nrtinformers.NewSharedInformerFactory(r.cp.NRT, 0)
 	nrtInf := nf.Topology().V1alpha2().NodeResourceTopologies().Informer()
-	if _, err := nrtInf.AddEventHandler(track(r.nrtView)); err != nil {
+	if _, err := nrtInf.AddEventHandler(track(r.nrtView, nothing)); err != nil {
 		return err
 	}
 	groupInf := pf.Scheduling().V1beta1().PodGroups().Informer()
-	if _, err := groupInf.AddEventHandler(track(r.groupView)); err != nil {
+	if _, err := groupInf.AddEventHandler(track(r.groupView, nothing)); err != nil {
 		return err
 	}
 	r.podStore, r.nrtStore, r.groupStore = podInf.GetStore(), nrtInf.GetStore(), groupInf.GetStore()
@@ -504,10 +520,8 @@ func (r *replayer) observe() {
 			pr.Bound, pr.Node = r.now, pod.Spec.NodeName
 			pr.BindLatency = time.Since(r.created[pod.Name])
 		}
-		for _, c := range pod.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-				rec.Refused = true
-			}
+		if r.wasRefused(pod.Name) {
+			rec.Refused = true
 		}
 		if pod.Status.Phase == corev1.PodRunning && pr.Running == never {
 			pr.Running = r.now
@@ -546,6 +560,28 @@ func (r *replayer) observe() {
 			heap.Push(&r.queue, event{at: r.now + rec.Runtime, kind: evEnd, job: i})
 		}
 	}
+}
+
+// noteRefusal remembers a pod the scheduler found unschedulable (refused).
+func (r *replayer) noteRefusal(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			r.refusedMu.Lock()
+			r.refused[pod.Name] = true
+			r.refusedMu.Unlock()
+			return
+		}
+	}
+}
+
+func (r *replayer) wasRefused(name string) bool {
+	r.refusedMu.Lock()
+	defer r.refusedMu.Unlock()
+	return r.refused[name]
 }
 
 func (r *replayer) report() {
