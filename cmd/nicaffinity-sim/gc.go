@@ -14,8 +14,8 @@ import (
 // cluster's informers decoding every write) over a live heap of a few
 // hundred megabytes, and the garbage collector's default, a cycle whenever
 // the heap doubles, spent about a sixth of make demo's CPU. Letting the
-// heap reach the floor first cut the backlog scenario's CPU by about a sixth
-// for about a quarter more memory at its peak (docs/simulate.md, Speed).
+// heap reach the floor first cut make demo's user CPU by about a sixth, at
+// half as much memory again at its peak (docs/simulate.md, Speed).
 const simHeapFloor = 2 << 30
 
 // tuneGC lets the heap grow to floor between collections, and never less

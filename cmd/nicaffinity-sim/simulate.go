@@ -29,7 +29,7 @@ type simulateOptions struct {
 	dra                               bool
 }
 
-// defaultRuns keeps make demo under three minutes on two cores once built.
+// defaultRuns is make demo's three seeds: enough for a median and a range.
 const defaultRuns = 3
 
 func newSimulateCommand() *cobra.Command {

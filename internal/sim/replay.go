@@ -189,11 +189,16 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 		}
 	}
 	r.report()
-	// A job given up on was refused moments before its end, but take
-	// every refusal the handler has seen.
-	for name, rec := range r.jobOf {
-		rec.Refused = rec.Refused || r.wasRefused(name)
+	// Every refusal has reached the handler by now: a refused pod's
+	// condition comes before its binding, and a job never bound is given
+	// up on moments later.
+	r.refusedMu.Lock()
+	for name := range r.refused {
+		if rec := r.jobOf[name]; rec != nil {
+			rec.Refused = true
+		}
 	}
+	r.refusedMu.Unlock()
 	return r.recs, r.now, ctx.Err()
 }
 
@@ -520,9 +525,6 @@ func (r *replayer) observe() {
 			pr.Bound, pr.Node = r.now, pod.Spec.NodeName
 			pr.BindLatency = time.Since(r.created[pod.Name])
 		}
-		if r.wasRefused(pod.Name) {
-			rec.Refused = true
-		}
 		if pod.Status.Phase == corev1.PodRunning && pr.Running == never {
 			pr.Running = r.now
 			pr.RunLatency = time.Since(r.created[pod.Name])
@@ -576,12 +578,6 @@ func (r *replayer) noteRefusal(obj any) {
 			return
 		}
 	}
-}
-
-func (r *replayer) wasRefused(name string) bool {
-	r.refusedMu.Lock()
-	defer r.refusedMu.Unlock()
-	return r.refused[name]
 }
 
 func (r *replayer) report() {

@@ -242,7 +242,7 @@ func (p *Proxy) Run(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 		}
-		id := fileIDOf(filepath.Join(p.cfg.KubeletDir, filepath.Base(pluginapi.KubeletSocket)))
+		id := fileIDOf(p.kubeletSocket())
 		restarted := id != (fileID{}) && kubeletSock != (fileID{}) && id != kubeletSock
 		if id != (fileID{}) {
 			kubeletSock = id
@@ -273,12 +273,17 @@ func (p *Proxy) Run(ctx context.Context) error {
 				// on the next tick and register again with the same
 				// kubelet, which refuses it ("device plugin already
 				// connected") and drops the resource's client.
-				if now := fileIDOf(filepath.Join(p.cfg.KubeletDir, filepath.Base(pluginapi.KubeletSocket))); now != (fileID{}) {
+				if now := fileIDOf(p.kubeletSocket()); now != (fileID{}) {
 					kubeletSock = now
 				}
 			}
 		}
 	}
+}
+
+// kubeletSocket is the kubelet's registration socket.
+func (p *Proxy) kubeletSocket() string {
+	return filepath.Join(p.cfg.KubeletDir, filepath.Base(pluginapi.KubeletSocket))
 }
 
 // fileID tells a file from the one it replaced: inode numbers are reused
@@ -524,7 +529,7 @@ func (f *front) stop() {
 func (p *Proxy) registerWithKubelet(ctx context.Context, f *front) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	conn, err := grpc.NewClient("unix://"+filepath.Join(p.cfg.KubeletDir, filepath.Base(pluginapi.KubeletSocket)), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+p.kubeletSocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}
