@@ -534,13 +534,26 @@ func TestE2EGB200(t *testing.T) {
 	}
 }
 
-// priorityClasses creates the classes "low" (100) and "high" (10000).
+// priorityClasses creates the classes "low" (100) and "high" (10000) and
+// waits until the Priority admission plugin, which reads classes from an
+// informer, admits a pod of each: until then a pod naming one is refused
+// ("no PriorityClass with name low was found").
 func (e *env) priorityClasses(t *testing.T) {
 	t.Helper()
+	ctx := context.Background()
 	for name, value := range map[string]int32{"low": 100, "high": 10000} {
 		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
-		if _, err := e.cp.Kube.SchedulingV1().PriorityClasses().Create(context.Background(), pc, metav1.CreateOptions{}); err != nil {
+		if _, err := e.cp.Kube.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
+		}
+		probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "priority-probe", Namespace: "default"},
+			Spec: corev1.PodSpec{PriorityClassName: name, Containers: []corev1.Container{{Name: "c", Image: "c"}}}}
+		var last error
+		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, last = e.cp.Kube.CoreV1().Pods("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return last == nil, nil
+		}); err != nil {
+			t.Fatalf("PriorityClass %s not admitted: %v", name, last)
 		}
 	}
 }
