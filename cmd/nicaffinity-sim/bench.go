@@ -49,6 +49,7 @@ lifted, as in scheduler_perf.`,
 	cmd.Flags().BoolVar(&o.spec.DefaultFirst, "default-first", false, "start with B A A B (default profile first) to check for order effects")
 	cmd.Flags().StringSliceVar(&o.spec.Profiles, "profiles", nil, "profiles of --scheduler-config to measure, each against the default profile (default nicaffinity-scheduler)")
 	cmd.Flags().BoolVar(&o.spec.NoiseFloor, "noise-floor", false, "also measure a second profile of the default plugins (default-copy) against the default profile: the ratio a profile gets from noise alone")
+	cmd.Flags().DurationVar(&o.spec.MaxDuration, "max-duration", 0, "end early and report what was measured: no block of A B B A is started that would end (by the longest block so far) past this long after the start (0: no limit)")
 	cmd.Flags().BoolVar(&o.micro, "micro", true, "also run the Filter/Score micro-benchmarks")
 	cmd.Flags().StringVar(&o.spec.Workload, "workload", simbench.WorkloadGPU, "gpu (one-GPU RDMA pods) or mixed (pods without GPUs, two-pod jobs on their rails, VF pods; docs/simulate.md)")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "text or json")
@@ -106,10 +107,13 @@ func (o *benchOptions) run(out, progress io.Writer) error {
 	if o.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"nodes": spec.Nodes, "pods": spec.Pods, "workload": spec.Workload, "results": report.Results, "rounds": report.Rounds, "throughputRatio": report.Ratio, "micro": micro})
+		return enc.Encode(map[string]any{"nodes": spec.Nodes, "pods": spec.Pods, "workload": spec.Workload, "results": report.Results, "rounds": report.Rounds, "throughputRatio": report.Ratio, "stopped": report.Stopped, "micro": micro})
 	}
 	results, ratio := report.Results, report.Ratio
-	fmt.Fprintf(out, "%d nodes, %d pods per batch, %d round(s)\n", spec.Nodes, spec.Pods, spec.Rounds)
+	fmt.Fprintf(out, "%d nodes, %d pods per batch, %d block(s) of A B B A\n", spec.Nodes, spec.Pods, len(report.Rounds))
+	if report.Stopped != "" {
+		fmt.Fprintln(out, report.Stopped)
+	}
 	fmt.Fprintf(out, "%-24s%10s%12s%12s%14s%14s\n", "profile", "pods/s", "e2e p50 ms", "e2e p99 ms", "attempt p50", "attempt p99")
 	for _, r := range results {
 		fmt.Fprintf(out, "%-24s%10.0f%12.1f%12.1f%14.2f%14.2f\n", r.Scheduler, r.PodsPerSec, r.LatencyP50Ms, r.LatencyP99Ms, r.AttemptP50Ms, r.AttemptP99Ms)

@@ -65,6 +65,12 @@ type BenchSpec struct {
 	// test: its ratio would be 1 on a bench without noise, so its rounds
 	// show how far a ratio moves on its own.
 	NoiseFloor bool
+	// MaxDuration, when positive, ends the run early and cleanly: a block
+	// of four batches (one profile's A B B A) is not started when the
+	// longest block so far would end past MaxDuration from the start, so a
+	// run under a wall-clock limit still reports every block it measured.
+	// The first block always runs.
+	MaxDuration time.Duration
 }
 
 // NoiseProfile is the default plugins under another profile name.
@@ -89,6 +95,9 @@ func (s BenchSpec) Validate() error {
 	case "", WorkloadGPU, WorkloadMixed:
 	default:
 		return fmt.Errorf("workload %q: want %s or %s", s.Workload, WorkloadGPU, WorkloadMixed)
+	}
+	if s.MaxDuration < 0 {
+		return fmt.Errorf("max duration %s: want 0 (no limit) or more", s.MaxDuration)
 	}
 	return nil
 }
@@ -132,6 +141,9 @@ type BenchReport struct {
 	// Ratio is the first profile under test over the default, over all
 	// batches.
 	Ratio float64 `json:"throughputRatio"`
+	// Stopped says why fewer blocks ran than asked for (MaxDuration);
+	// empty when all ran.
+	Stopped string `json:"stopped,omitempty"`
 }
 
 // Bench runs the batches against one apiserver with Nodes HGX H100 nodes
@@ -155,6 +167,7 @@ func Bench(ctx context.Context, spec BenchSpec, progress io.Writer) (*BenchRepor
 
 // bench is Bench's body: one control plane, one scheduler, the batches.
 func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []string, def string, progress io.Writer) error {
+	began := time.Now()
 	cp, err := controlplane.New(ctx)
 	if err != nil {
 		return err
@@ -198,8 +211,18 @@ func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []strin
 		return err
 	}
 	n := 0
+	var longest time.Duration
+rounds:
 	for r := 0; r < max(1, spec.Rounds); r++ {
 		for _, p := range spec.Profiles {
+			if spec.MaxDuration > 0 && n > 0 && time.Since(began)+longest > spec.MaxDuration {
+				report.Stopped = fmt.Sprintf("--max-duration %s: stopped before round %d of %s after %s", spec.MaxDuration, r+1, p, time.Since(began).Round(time.Second))
+				if progress != nil {
+					fmt.Fprintln(progress, "  "+report.Stopped)
+				}
+				break rounds
+			}
+			blockStart := time.Now()
 			defaultFirst := spec.DefaultFirst != (r%2 == 1)
 			order, name := []string{p, def, def, p}, "ABBA"
 			if defaultFirst {
@@ -216,7 +239,7 @@ func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []strin
 					return fmt.Errorf("round %d, %s: %v", r+1, s, err)
 				}
 				if progress != nil {
-					fmt.Fprintf(progress, "  round %d %-26s %6.0f pods/s\n", r+1, s, float64(spec.Pods)/b.elapsed.Seconds())
+					fmt.Fprintf(progress, "  round %d %-26s %6.0f pods/s  (at %s)\n", r+1, s, float64(spec.Pods)/b.elapsed.Seconds(), time.Since(began).Round(time.Second))
 				}
 				for _, t := range []map[string]*batchTotals{per, round} {
 					if t[s] == nil {
@@ -227,6 +250,7 @@ func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []strin
 				}
 				per[s].latencies = append(per[s].latencies, b.latencies...)
 			}
+			longest = max(longest, time.Since(blockStart))
 			br := BenchRound{Profile: p, Order: name, PodsPerSec: round[p].rate(), DefaultPPS: round[def].rate()}
 			br.Ratio = br.PodsPerSec / br.DefaultPPS
 			report.Rounds = append(report.Rounds, br)
@@ -240,8 +264,10 @@ func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []strin
 		return err
 	}
 	for _, s := range all {
-		r := benchResult(s, per[s], before, after)
-		report.Results = append(report.Results, r)
+		if per[s] == nil {
+			continue // stopped by MaxDuration before its first block
+		}
+		report.Results = append(report.Results, benchResult(s, per[s], before, after))
 	}
 	report.Ratio = report.Results[0].PodsPerSec / report.Results[len(report.Results)-1].PodsPerSec
 	return nil

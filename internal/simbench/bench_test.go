@@ -3,6 +3,7 @@ package simbench
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,6 +65,25 @@ func TestBenchNoiseFloor(t *testing.T) {
 	}
 }
 
+// TestBenchMaxDuration: a run past its MaxDuration starts no further block
+// but reports the one it measured, and says why it stopped.
+func TestBenchMaxDuration(t *testing.T) {
+	report, err := Bench(context.Background(), BenchSpec{Nodes: 20, Pods: 20, Rounds: 3, NoiseFloor: true, MaxDuration: time.Nanosecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range report.Results {
+		got = append(got, r.Scheduler)
+	}
+	if diff := cmp.Diff([]string{"nicaffinity-scheduler", "default-scheduler"}, got); diff != "" {
+		t.Errorf("results' profiles (-want,+got):\n%s", diff)
+	}
+	if len(report.Rounds) != 1 || report.Ratio <= 0 || !strings.Contains(report.Stopped, "stopped before round 1 of default-copy") {
+		t.Errorf("rounds %+v, ratio %v, stopped %q: want the first block, a ratio, and why it stopped", report.Rounds, report.Ratio, report.Stopped)
+	}
+}
+
 // TestBenchMixed runs the mixed workload: pods without GPUs, two-pod jobs
 // on their rails and VF pods bind in both profiles.
 func TestBenchMixed(t *testing.T) {
@@ -89,6 +109,9 @@ func TestBenchSpecValidate(t *testing.T) {
 		if got := fmt.Sprint(err); (tc.wantErr == "" && err != nil) || (tc.wantErr != "" && got != tc.wantErr) {
 			t.Errorf("workload %q: error %v, want %q", tc.workload, err, tc.wantErr)
 		}
+	}
+	if err := (BenchSpec{MaxDuration: -time.Second}).Validate(); fmt.Sprint(err) != "max duration -1s: want 0 (no limit) or more" {
+		t.Errorf("a negative max duration: error %v", err)
 	}
 	if _, err := Bench(context.Background(), BenchSpec{Nodes: 1, Pods: 1, Workload: "x"}, nil); err == nil {
 		t.Error("Bench ran a workload it does not know")
