@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics/legacyregistry"
 
@@ -495,19 +496,31 @@ func runBatch(ctx context.Context, kube kubernetes.Interface, scheduler, prefix 
 		}()
 	}
 	bound := map[string]bool{}
+	lastBound := time.Now()
 	see := func(p *corev1.Pod) {
 		if p.Spec.NodeName == "" || bound[p.Name] {
 			return
 		}
 		bound[p.Name] = true
+		lastBound = time.Now()
 		mu.Lock()
 		b.latencies = append(b.latencies, time.Since(created[p.Name]))
 		mu.Unlock()
 	}
-	timeout := time.After(time.Duration(pods)*50*time.Millisecond + time.Minute)
+	// A batch fails when no pod has bound for stallAfter (the first binds
+	// come within a second at 5000 nodes), naming a pod still unbound and
+	// why, so a stuck run ends with its cause rather than at a wall-clock
+	// limit.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	rewatches := 0
 	for len(bound) < pods {
+		if n := len(bound); n > 0 && time.Since(lastBound) > stallAfter || n == 0 && time.Since(start) > 2*stallAfter {
+			return b, fmt.Errorf("no pod bound for %s: %d of %d bound; %s", stallAfter, n, pods, unboundSample(ctx, pc, selector))
+		}
 		select {
+		case <-tick.C:
+			continue
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				// The apiserver closes watchers that fall behind a burst;
@@ -530,8 +543,6 @@ func runBatch(ctx context.Context, kube kubernetes.Interface, scheduler, prefix 
 			if p, isPod := ev.Object.(*corev1.Pod); isPod && ev.Type != watch.Deleted {
 				see(p)
 			}
-		case <-timeout:
-			return b, fmt.Errorf("only %d of %d pods bound", len(bound), pods)
 		}
 	}
 	b.elapsed = time.Since(start)
@@ -544,6 +555,30 @@ func runBatch(ctx context.Context, kube kubernetes.Interface, scheduler, prefix 
 		return err == nil && len(l.Items) == 0, nil
 	})
 	return b, err
+}
+
+// stallAfter is how long a batch may go without a pod binding.
+const stallAfter = 30 * time.Second
+
+// unboundSample names one pod of the batch that has no node, with its
+// PodScheduled condition: why a stalled batch stalled.
+func unboundSample(ctx context.Context, pc corev1client.PodInterface, selector string) string {
+	l, err := pc.List(ctx, metav1.ListOptions{FieldSelector: selector})
+	if err != nil {
+		return "listing pods: " + err.Error()
+	}
+	for _, p := range l.Items {
+		if p.Spec.NodeName != "" {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled {
+				return fmt.Sprintf("pod %s: PodScheduled=%s %s: %s", p.Name, c.Status, c.Reason, c.Message)
+			}
+		}
+		return fmt.Sprintf("pod %s: not tried yet", p.Name)
+	}
+	return "every pod listed has a node (the watch missed them)"
 }
 
 // quiesce waits until the scheduler's cache holds no pod, so that its

@@ -220,3 +220,28 @@ func TestBenchResult(t *testing.T) {
 		t.Errorf("%+v", r)
 	}
 }
+
+// TestUnboundSample: a stalled batch's error names a pod without a node and
+// its PodScheduled condition.
+func TestUnboundSample(t *testing.T) {
+	pod := func(name, node string, conds ...corev1.PodCondition) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Conditions: conds}}
+	}
+	unschedulable := corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: "0/2 nodes are available"}
+	for _, tc := range []struct {
+		name string
+		pods []runtime.Object
+		want string
+	}{
+		{"refused", []runtime.Object{pod("a", "n1"), pod("b", "", unschedulable)}, "pod b: PodScheduled=False Unschedulable: 0/2 nodes are available"},
+		{"not tried", []runtime.Object{pod("a", "")}, "pod a: not tried yet"},
+		{"all bound", []runtime.Object{pod("a", "n1")}, "every pod listed has a node (the watch missed them)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := unboundSample(t.Context(), fake.NewClientset(tc.pods...).CoreV1().Pods("default"), "")
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
