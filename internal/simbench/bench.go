@@ -27,12 +27,14 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics/legacyregistry"
 
+	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/internal/schedulerrun"
 	"github.com/nicaffinity/nicaffinity/internal/sim"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
+	"github.com/nicaffinity/nicaffinity/pkg/exporter"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/request"
@@ -183,9 +185,14 @@ func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []strin
 		return err
 	}
 	mixed := spec.Workload == WorkloadMixed
-	if err := populate(ctx, cp, spec.Nodes, mixed, cp.TmpDir, progress); err != nil {
+	objs, err := populate(ctx, cp, spec.Nodes, mixed, cp.TmpDir, progress)
+	if err != nil {
 		return err
 	}
+	beats := make(chan error, 1)
+	beatCtx, stopBeats := context.WithCancel(ctx)
+	defer stopBeats()
+	go func() { beats <- heartbeat(beatCtx, cp, objs, exporter.DefaultConfig("").ResyncPeriod) }()
 	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
@@ -231,6 +238,11 @@ rounds:
 			}
 			round := map[string]*batchTotals{}
 			for _, s := range order {
+				select {
+				case err := <-beats:
+					return fmt.Errorf("renewing NodeResourceTopology heartbeats: %w", err)
+				default:
+				}
 				if err := quiesce(ctx, running); err != nil {
 					return fmt.Errorf("round %d, before %s: %v", r+1, s, err)
 				}
@@ -388,19 +400,20 @@ func newBenchNode(dir string, build func(*machines.Tree)) (benchNode, error) {
 
 // populate creates n nodes: HGX H100, and with mixed every fourth an H20
 // with VFs, each with rails from PCI rank.
-func populate(ctx context.Context, cp *controlplane.ControlPlane, n int, mixed bool, dir string, progress io.Writer) error {
+func populate(ctx context.Context, cp *controlplane.ControlPlane, n int, mixed bool, dir string, progress io.Writer) ([]*v1alpha2.NodeResourceTopology, error) {
 	h100, err := newBenchNode(filepath.Join(dir, "hgx-h100"), machines.HGXH100)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	kinds := []benchNode{h100}
 	if mixed {
 		h20, err := newBenchNode(filepath.Join(dir, "h20-sriov"), machines.H20SRIOV)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		kinds = append(kinds, h100, h100, h20)
 	}
+	objs := make([]*v1alpha2.NodeResourceTopology, n)
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -417,10 +430,13 @@ func populate(ctx context.Context, cp *controlplane.ControlPlane, n int, mixed b
 				in.Rails = nrt.Rails{Source: nrt.RailFromPCIRank}
 			}
 			obj, _ := nrt.Build(in)
-			if _, err := cp.NRT.TopologyV1alpha2().NodeResourceTopologies().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			obj.Attributes = append(obj.Attributes, v1alpha2.AttributeInfo{Name: nrt.AttrHeartbeat, Value: time.Now().UTC().Format(time.RFC3339)})
+			created, err := cp.NRT.TopologyV1alpha2().NodeResourceTopologies().Create(ctx, obj, metav1.CreateOptions{})
+			if err != nil {
 				errs <- err
 				return
 			}
+			objs[i] = created
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
 				Status: corev1.NodeStatus{Capacity: k.res, Allocatable: k.res, Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 			if _, err := cp.Kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
@@ -433,7 +449,43 @@ func populate(ctx context.Context, cp *controlplane.ControlPlane, n int, mixed b
 	}
 	wg.Wait()
 	close(errs)
-	return <-errs
+	return objs, <-errs
+}
+
+// heartbeat renews every node's NodeResourceTopology once a period, spread
+// evenly over it, as each node's exporter renews its heartbeat at every
+// resync: the plugin's topologyMaxAge (5 minutes) would otherwise expire
+// every node of a run that lasts longer, and the informers' work on these
+// writes is part of what a real cluster's scheduler does. An update, where
+// the exporter applies: the bench owns the objects. It returns when ctx
+// ends, or with the first failed write.
+func heartbeat(ctx context.Context, cp *controlplane.ControlPlane, objs []*v1alpha2.NodeResourceTopology, period time.Duration) error {
+	if len(objs) == 0 {
+		return nil
+	}
+	tick := time.NewTicker(max(time.Millisecond, period/time.Duration(len(objs))))
+	defer tick.Stop()
+	for i := 0; ; i = (i + 1) % len(objs) {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		obj := objs[i].DeepCopy()
+		for a := range obj.Attributes {
+			if obj.Attributes[a].Name == nrt.AttrHeartbeat {
+				obj.Attributes[a].Value = time.Now().UTC().Format(time.RFC3339)
+			}
+		}
+		updated, err := cp.NRT.TopologyV1alpha2().NodeResourceTopologies().Update(ctx, obj, metav1.UpdateOptions{})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("node %s: %w", obj.Name, err)
+		}
+		objs[i] = updated
+	}
 }
 
 // benchPod is pod i of a batch for scheduler: a one-GPU RDMA pod, or with

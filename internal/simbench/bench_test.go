@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/pkg/request"
 )
 
@@ -243,5 +244,39 @@ func TestUnboundSample(t *testing.T) {
 				t.Errorf("(-want,+got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestHeartbeat: every node's NodeResourceTopology is renewed within a
+// period, so no node's topology expires however long a run lasts.
+func TestHeartbeat(t *testing.T) {
+	cp, err := controlplane.New(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Stop()
+	objs, err := populate(t.Context(), cp, 3, false, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]string{}
+	for _, o := range objs {
+		before[o.Name] = o.ResourceVersion
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2500*time.Millisecond)
+	defer cancel()
+	// A period of a second: each node's heartbeat (RFC 3339, whole seconds)
+	// changes from one renewal to the next.
+	if err := heartbeat(ctx, cp, objs, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		got, err := cp.NRT.TopologyV1alpha2().NodeResourceTopologies().Get(t.Context(), o.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ResourceVersion == before[o.Name] {
+			t.Errorf("%s: not renewed (resourceVersion %s)", o.Name, got.ResourceVersion)
+		}
 	}
 }
