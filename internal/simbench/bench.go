@@ -213,17 +213,17 @@ func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []strin
 			return fmt.Errorf("warm-up (%s): %v", s, err)
 		}
 	}
-	per := map[string]*batchTotals{}
 	before, err := legacyregistry.DefaultGatherer.Gather()
 	if err != nil {
 		return err
 	}
-	n := 0
+	run := &benchRun{spec: spec, kube: kube, sched: running, beats: beats, began: began, def: def, mixed: mixed,
+		per: map[string]*batchTotals{}, progress: progress}
 	var longest time.Duration
 rounds:
 	for r := 0; r < max(1, spec.Rounds); r++ {
 		for _, p := range spec.Profiles {
-			if spec.MaxDuration > 0 && n > 0 && time.Since(began)+longest > spec.MaxDuration {
+			if spec.MaxDuration > 0 && run.n > 0 && time.Since(began)+longest > spec.MaxDuration {
 				report.Stopped = fmt.Sprintf("--max-duration %s: stopped before round %d of %s after %s", spec.MaxDuration, r+1, p, time.Since(began).Round(time.Second))
 				if progress != nil {
 					fmt.Fprintln(progress, "  "+report.Stopped)
@@ -231,47 +231,15 @@ rounds:
 				break rounds
 			}
 			blockStart := time.Now()
-			defaultFirst := spec.DefaultFirst != (r%2 == 1)
-			order, name := []string{p, def, def, p}, "ABBA"
-			if defaultFirst {
-				order, name = []string{def, p, p, def}, "BAAB"
-			}
-			round := map[string]*batchTotals{}
-			for _, s := range order {
-				select {
-				case err := <-beats:
-					return fmt.Errorf("renewing NodeResourceTopology heartbeats: %w", err)
-				default:
-				}
-				if err := quiesce(ctx, running); err != nil {
-					return fmt.Errorf("round %d, before %s: %v", r+1, s, err)
-				}
-				b, err := runBatch(ctx, kube, s, fmt.Sprintf("b%d", n), spec.Pods, mixed)
-				n++
-				if err != nil {
-					return fmt.Errorf("round %d, %s: %v", r+1, s, err)
-				}
-				if progress != nil {
-					fmt.Fprintf(progress, "  round %d %-26s %6.0f pods/s  (at %s)\n", r+1, s, float64(spec.Pods)/b.elapsed.Seconds(), time.Since(began).Round(time.Second))
-				}
-				for _, t := range []map[string]*batchTotals{per, round} {
-					if t[s] == nil {
-						t[s] = &batchTotals{}
-					}
-					t[s].elapsed += b.elapsed
-					t[s].pods += spec.Pods
-				}
-				per[s].latencies = append(per[s].latencies, b.latencies...)
+			br, err := run.block(ctx, r, p)
+			if err != nil {
+				return err
 			}
 			longest = max(longest, time.Since(blockStart))
-			br := BenchRound{Profile: p, Order: name, PodsPerSec: round[p].rate(), DefaultPPS: round[def].rate()}
-			br.Ratio = br.PodsPerSec / br.DefaultPPS
 			report.Rounds = append(report.Rounds, br)
-			if progress != nil {
-				fmt.Fprintf(progress, "  round %d %s %s: ratio %.3f\n", r+1, p, name, br.Ratio)
-			}
 		}
 	}
+	per := run.per
 	after, err := legacyregistry.DefaultGatherer.Gather()
 	if err != nil {
 		return err
@@ -284,6 +252,64 @@ rounds:
 	}
 	report.Ratio = report.Results[0].PodsPerSec / report.Results[len(report.Results)-1].PodsPerSec
 	return nil
+}
+
+// benchRun is what the measured blocks of one bench process share.
+type benchRun struct {
+	spec     BenchSpec
+	kube     kubernetes.Interface
+	sched    *schedulerrun.Scheduler
+	beats    <-chan error // the heartbeat's end: an error, while batches run
+	began    time.Time
+	def      string
+	mixed    bool
+	per      map[string]*batchTotals // every measured batch, per profile
+	n        int                     // batches run, for their names
+	progress io.Writer
+}
+
+// block runs round r's four batches of profile p against the default
+// profile, A B B A or B A A B as the round's order says, and returns the
+// round's ratio.
+func (b *benchRun) block(ctx context.Context, r int, p string) (BenchRound, error) {
+	defaultFirst := b.spec.DefaultFirst != (r%2 == 1)
+	order, name := []string{p, b.def, b.def, p}, "ABBA"
+	if defaultFirst {
+		order, name = []string{b.def, p, p, b.def}, "BAAB"
+	}
+	round := map[string]*batchTotals{}
+	for _, s := range order {
+		select {
+		case err := <-b.beats:
+			return BenchRound{}, fmt.Errorf("renewing NodeResourceTopology heartbeats: %w", err)
+		default:
+		}
+		if err := quiesce(ctx, b.sched); err != nil {
+			return BenchRound{}, fmt.Errorf("round %d, before %s: %v", r+1, s, err)
+		}
+		bt, err := runBatch(ctx, b.kube, s, fmt.Sprintf("b%d", b.n), b.spec.Pods, b.mixed)
+		b.n++
+		if err != nil {
+			return BenchRound{}, fmt.Errorf("round %d, %s: %v", r+1, s, err)
+		}
+		if b.progress != nil {
+			fmt.Fprintf(b.progress, "  round %d %-26s %6.0f pods/s  (at %s)\n", r+1, s, float64(b.spec.Pods)/bt.elapsed.Seconds(), time.Since(b.began).Round(time.Second))
+		}
+		for _, t := range []map[string]*batchTotals{b.per, round} {
+			if t[s] == nil {
+				t[s] = &batchTotals{}
+			}
+			t[s].elapsed += bt.elapsed
+			t[s].pods += b.spec.Pods
+		}
+		b.per[s].latencies = append(b.per[s].latencies, bt.latencies...)
+	}
+	br := BenchRound{Profile: p, Order: name, PodsPerSec: round[p].rate(), DefaultPPS: round[b.def].rate()}
+	br.Ratio = br.PodsPerSec / br.DefaultPPS
+	if b.progress != nil {
+		fmt.Fprintf(b.progress, "  round %d %s %s: ratio %.3f\n", r+1, p, name, br.Ratio)
+	}
+	return br, nil
 }
 
 // benchResult is one scheduler's figures over the measured batches t: its
