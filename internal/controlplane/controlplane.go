@@ -86,23 +86,6 @@ type StaticToken struct {
 	Groups      []string
 }
 
-// Lean turns off what a single-tenant apiserver without quotas, limits,
-// webhooks or admission policies only pays for on every request: API
-// Priority and Fairness (it shares a server fairly among tenants and
-// protects it from overload) and the admission plugins PodSecurity,
-// ResourceQuota, LimitRanger, the two webhook plugins and the two
-// admission-policy plugins. Replays use it: they create no namespace
-// labels, quotas, limit ranges, webhooks or policies, so their figures are
-// the same either way, and on the 2-core development VM it cut a replay's
-// CPU by about a tenth (docs/simulate.md, Speed). Tests of the admission
-// policies must not.
-func Lean() Option {
-	return func(o *options) {
-		o.flags = append(o.flags, "--enable-priority-and-fairness=false",
-			"--disable-admission-plugins=PodSecurity,ResourceQuota,LimitRanger,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,MutatingAdmissionPolicy")
-	}
-}
-
 // WithAuthorization runs the apiserver as a production cluster does, with
 // the Node and RBAC authorizers and the NodeRestriction admission plugin
 // (instead of allowing every request), and accepts the given static tokens

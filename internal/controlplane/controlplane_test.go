@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -71,38 +70,5 @@ func TestStartWaitsForPostStartHooks(t *testing.T) {
 	}
 	if !strings.Contains(string(body), "[+]poststarthook/start-service-ip-repair-controllers ok") {
 		t.Errorf("readyz after Start:\n%s", body)
-	}
-}
-
-// TestLean: a Lean apiserver admits what PodSecurity would refuse (a
-// host-network pod in a namespace enforcing "restricted") and does not serve
-// Priority and Fairness's debug endpoint; the default one does both.
-func TestLean(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		opts      []Option
-		wantAdmit bool
-	}{
-		{"default", nil, false},
-		{"lean", []Option{Lean()}, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cp := Start(t, tc.opts...)
-			ctx := t.Context()
-			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "restricted", Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}
-			if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "restricted"},
-				Spec: corev1.PodSpec{HostNetwork: true, Containers: []corev1.Container{{Name: "c", Image: "c"}}}}
-			_, err := cp.Kube.CoreV1().Pods("restricted").Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			if admitted := err == nil; admitted != tc.wantAdmit {
-				t.Errorf("host-network pod in a restricted namespace: error %v, want admitted %v", err, tc.wantAdmit)
-			}
-			err = cp.Kube.CoreV1().RESTClient().Get().AbsPath("/debug/api_priority_and_fairness/dump_priority_levels").Do(ctx).Error()
-			if served := err == nil; served == tc.wantAdmit {
-				t.Errorf("Priority and Fairness debug endpoint: error %v, want served %v", err, !tc.wantAdmit)
-			}
-		})
 	}
 }

@@ -292,7 +292,7 @@ func Run(ctx context.Context, p *Plan, col Column, progress func(Progress)) (Res
 		nodes[i].Policy = col.Kubelet
 	}
 	enableWorkloads()
-	cp, err := controlplane.New(ctx, controlplane.WithWorkloads(), controlplane.Lean())
+	cp, err := controlplane.New(ctx, controlplane.WithWorkloads())
 	if err != nil {
 		return Result{}, err
 	}
