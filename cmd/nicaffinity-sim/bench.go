@@ -52,6 +52,7 @@ lifted, as in scheduler_perf.`,
 	cmd.Flags().DurationVar(&o.spec.MaxDuration, "max-duration", 0, "end early and report what was measured: no block of A B B A is started that would end (by the longest block so far) past this long after the start (0: no limit)")
 	cmd.Flags().BoolVar(&o.micro, "micro", true, "also run the Filter/Score micro-benchmarks")
 	cmd.Flags().StringVar(&o.spec.Workload, "workload", simbench.WorkloadGPU, "gpu (one-GPU RDMA pods) or mixed (pods without GPUs, two-pod jobs on their rails, VF pods; docs/simulate.md)")
+	cmd.Flags().StringVar(&o.spec.Arrival, "arrival", simbench.ArrivalQueued, "queued (each batch created while the scheduler is held, timed from its release to the last binding: the scheduler's own rate) or burst (created at once while it runs, timed from the first creation: the apiserver's intake too)")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "text or json")
 	cmd.Flags().StringVar(&o.configFile, "scheduler-config", "", "KubeSchedulerConfiguration with a nicaffinity-scheduler profile to measure instead of the shipped one")
 	cmd.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to this file")
@@ -107,7 +108,7 @@ func (o *benchOptions) run(out, progress io.Writer) error {
 	if o.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"nodes": spec.Nodes, "pods": spec.Pods, "workload": spec.Workload, "results": report.Results, "rounds": report.Rounds, "throughputRatio": report.Ratio, "stopped": report.Stopped, "micro": micro})
+		return enc.Encode(map[string]any{"nodes": spec.Nodes, "pods": spec.Pods, "workload": spec.Workload, "arrival": spec.Arrival, "results": report.Results, "rounds": report.Rounds, "throughputRatio": report.Ratio, "stopped": report.Stopped, "micro": micro})
 	}
 	results, ratio := report.Results, report.Ratio
 	fmt.Fprintf(out, "%d nodes, %d pods per batch, %d block(s) of A B B A\n", spec.Nodes, spec.Pods, len(report.Rounds))

@@ -90,6 +90,9 @@ type Options struct {
 	// when the harness allows (Scheduler.Step), and the harness can tell
 	// when every informer handler has caught up (settle.go).
 	Settle bool
+	// Hold starts the scheduler held: it pops nothing until Release
+	// (hold.go).
+	Hold bool
 }
 
 // Scheduler is a running scheduler.
@@ -100,6 +103,7 @@ type Scheduler struct {
 	// built (nil for a configuration without it).
 	plugin  pluginRef
 	settle  *settler
+	hold    *holdGate
 	ctx     context.Context
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -250,6 +254,15 @@ func (s *Scheduler) setup(ctx context.Context, opts *options.Options, o Options)
 	s.Sched = sched
 	if s.settle != nil {
 		if err := s.settle.attach(sched); err != nil {
+			return nil, err
+		}
+	}
+	if o.Hold {
+		if o.Settle {
+			return nil, errors.New("Options.Hold and Options.Settle both gate the scheduling loop: choose one")
+		}
+		s.hold = &holdGate{}
+		if err := s.hold.attach(sched, ctx.Done()); err != nil {
 			return nil, err
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,6 +75,9 @@ type BenchSpec struct {
 	// run under a wall-clock limit still reports every block it measured.
 	// The first block always runs.
 	MaxDuration time.Duration
+	// Arrival is how a batch reaches the scheduler: ArrivalQueued (the
+	// default) or ArrivalBurst.
+	Arrival string
 }
 
 // NoiseProfile is the default plugins under another profile name.
@@ -92,8 +96,28 @@ const (
 	WorkloadMixed = "mixed"
 )
 
+// How a batch reaches the scheduler.
+const (
+	// ArrivalQueued: the scheduler is held while the batch is created, and
+	// throughput is timed from its release, with the whole batch in its
+	// active queue, to the last binding: the scheduler's own rate (its
+	// cycles, its binding calls and what they cost the apiserver), with no
+	// pod creation competing for the cores.
+	ArrivalQueued = "queued"
+	// ArrivalBurst: the batch is created at once by several clients while
+	// the scheduler runs, and throughput is timed from the first creation
+	// to the last binding, so it also measures how fast the apiserver
+	// takes the pods in.
+	ArrivalBurst = "burst"
+)
+
 // Validate checks the spec; errors name the field.
 func (s BenchSpec) Validate() error {
+	switch s.Arrival {
+	case "", ArrivalQueued, ArrivalBurst:
+	default:
+		return fmt.Errorf("arrival %q: want %s or %s", s.Arrival, ArrivalQueued, ArrivalBurst)
+	}
 	switch s.Workload {
 	case "", WorkloadGPU, WorkloadMixed:
 	default:
@@ -109,6 +133,11 @@ func (s BenchSpec) Validate() error {
 type BenchResult struct {
 	Scheduler  string  `json:"scheduler"`
 	PodsPerSec float64 `json:"podsPerSecond"`
+	// CPUMsPerPod is the process's CPU time (user and system, every
+	// component) over the timed part of the batches, per pod: what the
+	// profile costs the machine, which the wall-clock throughput shows only
+	// once the cores are all busy.
+	CPUMsPerPod float64 `json:"cpuMsPerPod"`
 	// Creation to bound, as a client sees it: with a whole batch created at
 	// once, mostly time in the queue.
 	LatencyP50Ms float64 `json:"latencyP50Ms"`
@@ -125,6 +154,13 @@ type BenchResult struct {
 	// Attempts counts scheduler_schedule_attempts_total by result: more
 	// attempts than pods means pods went back to the queue.
 	Attempts map[string]int `json:"attempts"`
+	// Batching is the scheduler's opportunistic batching for the profile:
+	// scheduler_batch_attempts_total by result (hint_used: a pod placed on
+	// the node kept from the pod before it, with one Filter call instead
+	// of a search) and, as "flushed: reason",
+	// scheduler_batch_cache_flushed_total by reason. A profile whose pods
+	// batch less does a whole search for more of them.
+	Batching map[string]int `json:"batching,omitempty"`
 }
 
 // BenchRound is one A B B A (or B A A B) of a profile against the default.
@@ -135,6 +171,10 @@ type BenchRound struct {
 	PodsPerSec float64 `json:"podsPerSecond"`
 	DefaultPPS float64 `json:"defaultPodsPerSecond"`
 	Ratio      float64 `json:"ratio"`
+	// CPURatio is the default profile's CPU time per pod over the
+	// profile's, in the round: like Ratio, below 1 when the profile costs
+	// more.
+	CPURatio float64 `json:"cpuRatio"`
 }
 
 // BenchReport is a whole run.
@@ -200,16 +240,21 @@ func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []strin
 	if err != nil {
 		return err
 	}
-	running, err := schedulerrun.Run(ctx, cp, sched, cp.TmpDir, schedulerrun.Options{})
+	queued := spec.Arrival != ArrivalBurst
+	running, err := schedulerrun.Run(ctx, cp, sched, cp.TmpDir, schedulerrun.Options{Hold: queued})
 	if err != nil {
 		return err
 	}
 	defer running.Stop()
+	var held *schedulerrun.Scheduler
+	if queued {
+		held = running
+	}
 	// Warm every profile up first, unmeasured: the first batch after
 	// start pays for cold caches and heap growth, which A B B A alone
 	// would charge to A.
 	for i, s := range all {
-		if _, err := runBatch(ctx, kube, s, fmt.Sprintf("w%d", i), max(1, spec.Pods/4), mixed); err != nil {
+		if _, err := runBatch(ctx, kube, held, s, fmt.Sprintf("w%d", i), max(1, spec.Pods/4), mixed); err != nil {
 			return fmt.Errorf("warm-up (%s): %v", s, err)
 		}
 	}
@@ -217,7 +262,7 @@ func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []strin
 	if err != nil {
 		return err
 	}
-	run := &benchRun{spec: spec, kube: kube, sched: running, beats: beats, began: began, def: def, mixed: mixed,
+	run := &benchRun{spec: spec, kube: kube, sched: running, held: held, cp: cp, beats: beats, began: began, def: def, mixed: mixed,
 		per: map[string]*batchTotals{}, progress: progress}
 	var longest time.Duration
 rounds:
@@ -259,6 +304,8 @@ type benchRun struct {
 	spec     BenchSpec
 	kube     kubernetes.Interface
 	sched    *schedulerrun.Scheduler
+	held     *schedulerrun.Scheduler // the scheduler, when batches arrive queued
+	cp       *controlplane.ControlPlane
 	beats    <-chan error // the heartbeat's end: an error, while batches run
 	began    time.Time
 	def      string
@@ -284,30 +331,32 @@ func (b *benchRun) block(ctx context.Context, r int, p string) (BenchRound, erro
 			return BenchRound{}, fmt.Errorf("renewing NodeResourceTopology heartbeats: %w", err)
 		default:
 		}
-		if err := quiesce(ctx, b.sched); err != nil {
+		if err := quiesce(ctx, b.sched, b.cp); err != nil {
 			return BenchRound{}, fmt.Errorf("round %d, before %s: %v", r+1, s, err)
 		}
-		bt, err := runBatch(ctx, b.kube, s, fmt.Sprintf("b%d", b.n), b.spec.Pods, b.mixed)
+		bt, err := runBatch(ctx, b.kube, b.held, s, fmt.Sprintf("b%d", b.n), b.spec.Pods, b.mixed)
 		b.n++
 		if err != nil {
 			return BenchRound{}, fmt.Errorf("round %d, %s: %v", r+1, s, err)
 		}
 		if b.progress != nil {
-			fmt.Fprintf(b.progress, "  round %d %-26s %6.0f pods/s  (at %s)\n", r+1, s, float64(b.spec.Pods)/bt.elapsed.Seconds(), time.Since(b.began).Round(time.Second))
+			fmt.Fprintf(b.progress, "  round %d %-26s %6.0f pods/s %6.2f CPU-ms/pod  (at %s)\n", r+1, s, float64(b.spec.Pods)/bt.elapsed.Seconds(), ms(bt.cpu)/float64(b.spec.Pods), time.Since(b.began).Round(time.Second))
 		}
 		for _, t := range []map[string]*batchTotals{b.per, round} {
 			if t[s] == nil {
 				t[s] = &batchTotals{}
 			}
 			t[s].elapsed += bt.elapsed
+			t[s].cpu += bt.cpu
 			t[s].pods += b.spec.Pods
 		}
 		b.per[s].latencies = append(b.per[s].latencies, bt.latencies...)
 	}
 	br := BenchRound{Profile: p, Order: name, PodsPerSec: round[p].rate(), DefaultPPS: round[b.def].rate()}
 	br.Ratio = br.PodsPerSec / br.DefaultPPS
+	br.CPURatio = round3(round[b.def].cpuPerPod().Seconds() / round[p].cpuPerPod().Seconds())
 	if b.progress != nil {
-		fmt.Fprintf(b.progress, "  round %d %s %s: ratio %.3f\n", r+1, p, name, br.Ratio)
+		fmt.Fprintf(b.progress, "  round %d %s %s: ratio %.3f, CPU per pod ratio %.3f\n", r+1, p, name, br.Ratio, br.CPURatio)
 	}
 	return br, nil
 }
@@ -317,7 +366,7 @@ func (b *benchRun) block(ctx context.Context, r int, p string) (BenchRound, erro
 // before and after, its attempt and extension-point latencies and attempts.
 func benchResult(s string, t *batchTotals, before, after []*dto.MetricFamily) BenchResult {
 	sort.Slice(t.latencies, func(a, b int) bool { return t.latencies[a] < t.latencies[b] })
-	r := BenchResult{Scheduler: s, PodsPerSec: t.rate(),
+	r := BenchResult{Scheduler: s, PodsPerSec: t.rate(), CPUMsPerPod: round2(ms(t.cpu) / float64(t.pods)),
 		LatencyP50Ms: ms(t.latencies[len(t.latencies)/2]), LatencyP99Ms: ms(t.latencies[min(len(t.latencies)-1, len(t.latencies)*99/100)]),
 		ExtensionPointsP50Ms: map[string]float64{}, ExtensionPointsP99Ms: map[string]float64{}}
 	attempts := histogramDelta(before, after, "scheduler_scheduling_attempt_duration_seconds", map[string]string{"profile": s, "result": "scheduled"})
@@ -335,8 +384,25 @@ func benchResult(s string, t *batchTotals, before, after []*dto.MetricFamily) Be
 			r.Attempts[result] = int(n)
 		}
 	}
+	r.Batching = map[string]int{}
+	for _, result := range []string{"hint_used", "hint_not_used", "no_hint"} {
+		if n := counterDelta(before, after, "scheduler_batch_attempts_total", map[string]string{"profile": s, "result": result}); n > 0 {
+			r.Batching[result] = int(n)
+		}
+	}
+	for _, reason := range batchFlushReasons {
+		if n := counterDelta(before, after, "scheduler_batch_cache_flushed_total", map[string]string{"profile": s, "reason": reason}); n > 0 {
+			r.Batching["flushed: "+reason] = int(n)
+		}
+	}
 	return r
 }
+
+// batchFlushReasons are the reasons the scheduler's opportunistic batching
+// gives for dropping what it kept from the last pod (the reason label of
+// scheduler_batch_cache_flushed_total).
+var batchFlushReasons = []string{"pod_failed", "pod_skipped", "pod_nominated", "node_missing", "empty_list", "expired",
+	"pod_incompatible", "pod_not_batchable", "filter_error", "prescore_error", "rescore_error", "normalize_error"}
 
 // benchConfig is the configuration under test plus the default profile,
 // with the client's rate limit lifted as scheduler_perf does, so that the
@@ -375,15 +441,30 @@ func benchConfig(custom string, under []string) (string, error) {
 
 type batchTotals struct {
 	elapsed   time.Duration
+	cpu       time.Duration
 	pods      int
 	latencies []time.Duration
 }
 
 func (t *batchTotals) rate() float64 { return float64(t.pods) / t.elapsed.Seconds() }
 
+func (t *batchTotals) cpuPerPod() time.Duration { return t.cpu / time.Duration(max(1, t.pods)) }
+
 type batch struct {
-	elapsed   time.Duration
+	elapsed time.Duration
+	// cpu is the process's CPU time (user and system) over elapsed.
+	cpu       time.Duration
 	latencies []time.Duration
+}
+
+// processCPU is the CPU time the process has used so far, user and system:
+// the apiserver, etcd and the scheduler all run in it.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -543,7 +624,7 @@ func benchPod(scheduler, prefix string, i int, mixed bool) *corev1.Pod {
 const benchCreators = 16
 
 // runBatch creates pods pods for scheduler (benchPod) and measures until all are bound.
-func runBatch(ctx context.Context, kube kubernetes.Interface, scheduler, prefix string, pods int, mixed bool) (batch, error) {
+func runBatch(ctx context.Context, kube kubernetes.Interface, held *schedulerrun.Scheduler, scheduler, prefix string, pods int, mixed bool) (batch, error) {
 	var b batch
 	pc := kube.CoreV1().Pods("default")
 	selector := fields.OneTermEqualSelector("spec.schedulerName", scheduler).String()
@@ -552,26 +633,17 @@ func runBatch(ctx context.Context, kube kubernetes.Interface, scheduler, prefix 
 		return b, err
 	}
 	defer func() { w.Stop() }()
-	created := make(map[string]time.Time, pods)
-	var mu sync.Mutex
-	start := time.Now()
-	// Create from several clients at once, as scheduler_perf does, so that
-	// the scheduler, not one client's round trips, sets the pace.
-	next := make(chan int, pods)
-	for i := 0; i < pods; i++ {
-		next <- i
-	}
-	close(next)
-	for w := 0; w < benchCreators; w++ {
-		go func() {
-			for i := range next {
-				p := benchPod(scheduler, prefix, i, mixed)
-				mu.Lock()
-				created[p.Name] = time.Now()
-				mu.Unlock()
-				_, _ = pc.Create(ctx, p, metav1.CreateOptions{})
-			}
-		}()
+	start, cpuStart := time.Now(), processCPU()
+	created, createdAt := createBatch(ctx, pc, scheduler, prefix, pods, mixed)
+	if held != nil {
+		<-created
+		if err := waitQueued(ctx, held, pods); err != nil {
+			return b, err
+		}
+		start, cpuStart = time.Now(), processCPU()
+		if err := held.Release(); err != nil {
+			return b, err
+		}
 	}
 	bound := map[string]bool{}
 	lastBound := time.Now()
@@ -581,9 +653,11 @@ func runBatch(ctx context.Context, kube kubernetes.Interface, scheduler, prefix 
 		}
 		bound[p.Name] = true
 		lastBound = time.Now()
-		mu.Lock()
-		b.latencies = append(b.latencies, time.Since(created[p.Name]))
-		mu.Unlock()
+		from := start // queued: every pod waited for the release
+		if held == nil {
+			from = createdAt(p.Name)
+		}
+		b.latencies = append(b.latencies, time.Since(from))
 	}
 	// A batch fails when no pod has bound for stallAfter (the first binds
 	// come within a second at 5000 nodes), naming a pod still unbound and
@@ -623,7 +697,12 @@ func runBatch(ctx context.Context, kube kubernetes.Interface, scheduler, prefix 
 			}
 		}
 	}
-	b.elapsed = time.Since(start)
+	b.elapsed, b.cpu = time.Since(start), processCPU()-cpuStart
+	if held != nil {
+		if err := held.Hold(); err != nil {
+			return b, err
+		}
+	}
 	// Clear the batch so every batch sees the same cluster.
 	if err := pc.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{FieldSelector: selector}); err != nil {
 		return b, err
@@ -633,6 +712,56 @@ func runBatch(ctx context.Context, kube kubernetes.Interface, scheduler, prefix 
 		return err == nil && len(l.Items) == 0, nil
 	})
 	return b, err
+}
+
+// createBatch creates the batch's pods from several clients at once, as
+// scheduler_perf does, so that the scheduler, not one client's round
+// trips, sets the pace. done is closed once every creation has returned;
+// createdAt is when a pod's creation was sent.
+func createBatch(ctx context.Context, pc corev1client.PodInterface, scheduler, prefix string, pods int, mixed bool) (done <-chan struct{}, createdAt func(name string) time.Time) {
+	created := make(map[string]time.Time, pods)
+	var mu sync.Mutex
+	next := make(chan int, pods)
+	for i := 0; i < pods; i++ {
+		next <- i
+	}
+	close(next)
+	var creators sync.WaitGroup
+	creators.Add(benchCreators)
+	for w := 0; w < benchCreators; w++ {
+		go func() {
+			defer creators.Done()
+			for i := range next {
+				p := benchPod(scheduler, prefix, i, mixed)
+				mu.Lock()
+				created[p.Name] = time.Now()
+				mu.Unlock()
+				_, _ = pc.Create(ctx, p, metav1.CreateOptions{})
+			}
+		}()
+	}
+	finished := make(chan struct{})
+	go func() { creators.Wait(); close(finished) }()
+	return finished, func(name string) time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return created[name]
+	}
+}
+
+// waitQueued waits until the held scheduler's active queue holds the
+// batch's pods: the release then finds all of them there.
+func waitQueued(ctx context.Context, held *schedulerrun.Scheduler, pods int) error {
+	n := 0
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, stallAfter, true, func(context.Context) (bool, error) {
+		var err error
+		n, err = held.ReceivedPods()
+		return n >= pods, err
+	})
+	if err != nil {
+		return fmt.Errorf("the held scheduler has received %d of the batch's %d pods after %s (were some not created?): %w", n, pods, stallAfter, err)
+	}
+	return nil
 }
 
 // stallAfter is how long a batch may go without a pod binding.
@@ -662,14 +791,20 @@ func unboundSample(ctx context.Context, pc corev1client.PodInterface, selector s
 // quiesce waits until the scheduler's cache holds no pod, so that its
 // informers have handled every deletion of the batch before (the apiserver
 // having none is not enough: 5000 deletions handled while the next batch
-// ran were charged to whichever profile came next), then collects
-// garbage, so that every batch starts on the same heap.
-func quiesce(ctx context.Context, s *schedulerrun.Scheduler) error {
+// ran were charged to whichever profile came next), then compacts etcd's
+// history and collects garbage, so that every batch starts on the same
+// storage and heap: without the compaction, the revisions of every batch
+// before piled up until the apiserver's own compaction (every five
+// minutes), and throughput fell from batch to batch in between.
+func quiesce(ctx context.Context, s *schedulerrun.Scheduler, cp *controlplane.ControlPlane) error {
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		n, err := s.Sched.Cache.PodCount()
 		return err == nil && n == 0, nil
 	}); err != nil {
 		return fmt.Errorf("the scheduler's cache still holds pods of the last batch: %w", err)
+	}
+	if err := cp.CompactStorage(ctx); err != nil {
+		return err
 	}
 	runtime.GC()
 	return nil
@@ -769,3 +904,5 @@ func (h histogram) quantile(q float64) float64 {
 
 // round2 keeps figures readable and JSON equal to the table.
 func round2(f float64) float64 { return math.Round(f*100) / 100 }
+
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }

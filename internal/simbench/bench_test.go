@@ -12,11 +12,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
+	"github.com/nicaffinity/nicaffinity/internal/schedulerrun"
 	"github.com/nicaffinity/nicaffinity/pkg/request"
 )
 
@@ -67,9 +69,10 @@ func TestBenchNoiseFloor(t *testing.T) {
 }
 
 // TestBenchMaxDuration: a run past its MaxDuration starts no further block
-// but reports the one it measured, and says why it stopped.
+// but reports the one it measured, and says why it stopped (with batches
+// arriving in bursts: the other arrival).
 func TestBenchMaxDuration(t *testing.T) {
-	report, err := Bench(context.Background(), BenchSpec{Nodes: 20, Pods: 20, Rounds: 3, NoiseFloor: true, MaxDuration: time.Nanosecond}, nil)
+	report, err := Bench(context.Background(), BenchSpec{Nodes: 20, Pods: 20, Rounds: 3, NoiseFloor: true, MaxDuration: time.Nanosecond, Arrival: ArrivalBurst}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,6 +116,9 @@ func TestBenchSpecValidate(t *testing.T) {
 	}
 	if err := (BenchSpec{MaxDuration: -time.Second}).Validate(); fmt.Sprint(err) != "max duration -1s: want 0 (no limit) or more" {
 		t.Errorf("a negative max duration: error %v", err)
+	}
+	if err := (BenchSpec{Arrival: "trickle"}).Validate(); fmt.Sprint(err) != `arrival "trickle": want queued or burst` {
+		t.Errorf("an unknown arrival: error %v", err)
 	}
 	if _, err := Bench(context.Background(), BenchSpec{Nodes: 1, Pods: 1, Workload: "x"}, nil); err == nil {
 		t.Error("Bench ran a workload it does not know")
@@ -200,7 +206,7 @@ func TestRunBatchSurvivesClosedWatch(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	b, err := runBatch(ctx, kube, "nicaffinity-scheduler", "p", pods, false)
+	b, err := runBatch(ctx, kube, nil, "nicaffinity-scheduler", "p", pods, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,6 +283,58 @@ func TestHeartbeat(t *testing.T) {
 		}
 		if got.ResourceVersion == before[o.Name] {
 			t.Errorf("%s: not renewed (resourceVersion %s)", o.Name, got.ResourceVersion)
+		}
+	}
+}
+
+// TestHold: a held scheduler takes a pod in but binds it only after
+// Release, and holds again after Hold, also when its loop was already
+// waiting for the next pod (the gate comes after the queue's pop).
+func TestHold(t *testing.T) {
+	cp, err := controlplane.New(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Stop()
+	if _, err := populate(t.Context(), cp, 2, false, t.TempDir(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.Kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := benchConfig("", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched, err := schedulerrun.Run(t.Context(), cp, cfg, t.TempDir(), schedulerrun.Options{Hold: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sched.Stop()
+	pods := cp.Kube.CoreV1().Pods("default")
+	for i := range 2 {
+		name := fmt.Sprintf("held-%05d", i)
+		if _, err := pods.Create(t.Context(), benchPod("default-scheduler", "held", i, false), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitQueued(t.Context(), sched, 1); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		time.Sleep(300 * time.Millisecond) // long enough to bind, were it let go
+		if p, err := pods.Get(t.Context(), name, metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+			t.Fatalf("%s, held: node %q (error %v), want none", name, p.Spec.NodeName, err)
+		}
+		if err := sched.Release(); err != nil {
+			t.Fatal(err)
+		}
+		if err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			p, err := pods.Get(ctx, name, metav1.GetOptions{})
+			return err == nil && p.Spec.NodeName != "", nil
+		}); err != nil {
+			t.Fatalf("%s, released: not bound: %v", name, err)
+		}
+		if err := sched.Hold(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
