@@ -32,12 +32,14 @@ func newBenchCommand() *cobra.Command {
 NodeResourceTopology each; no kubelets: only scheduling is measured) and one
 scheduler with two profiles: the shipped nicaffinity profile and the default
 plugins alone. Feed them --pods 1-GPU RDMA pods per batch, alternately
-A B B A, each batch created at once by several clients, and print for each
-profile: throughput (pods over the time from the first creation to the last
-bind), creation-to-bound latency, the scheduler's own per-pod attempt
-latency, and the p99 of each extension point; then the throughput ratio and
-the plugin's Filter and Score micro-benchmarks. The client rate limits are
-lifted, as in scheduler_perf.`,
+A B B A, each batch created at once by several clients (while the scheduler
+is held, with --arrival queued), and print for each profile: throughput
+(pods over the time from the scheduler's release, or with --arrival burst
+the first creation, to the last bind), the process's CPU time per pod,
+latency to bound, the scheduler's own per-pod attempt latency, the p99 of
+each extension point and its opportunistic batching; then the throughput
+ratio and the plugin's Filter and Score micro-benchmarks. The client rate
+limits are lifted, as in scheduler_perf.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -56,6 +58,7 @@ lifted, as in scheduler_perf.`,
 	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "text or json")
 	cmd.Flags().StringVar(&o.configFile, "scheduler-config", "", "KubeSchedulerConfiguration with a nicaffinity-scheduler profile to measure instead of the shipped one")
 	cmd.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to this file")
+	cmd.Flags().StringVar(&o.spec.ProfileDir, "batch-profiles", "", "write a CPU profile of each measured batch's timed part into this directory (<profile>-<batch>.pprof), to compare the profiles with go tool pprof -diff_base")
 	return cmd
 }
 
@@ -85,6 +88,9 @@ func (o *benchOptions) run(out, progress io.Writer) error {
 		return fmt.Errorf("--rounds %d: want 1 to 100", spec.Rounds)
 	}
 	fmt.Fprintf(progress, "creating %d nodes, then %d round(s) of 4 batches of %d pods (A B B A, B A A B, ...)...\n", spec.Nodes, spec.Rounds, spec.Pods)
+	if o.cpuProfile != "" && spec.ProfileDir != "" {
+		return fmt.Errorf("--cpuprofile and --batch-profiles: choose one (Go runs one CPU profile at a time)")
+	}
 	stopProfile, err := startCPUProfile(o.cpuProfile)
 	if err != nil {
 		return err

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"sync"
@@ -78,6 +80,11 @@ type BenchSpec struct {
 	// Arrival is how a batch reaches the scheduler: ArrivalQueued (the
 	// default) or ArrivalBurst.
 	Arrival string
+	// ProfileDir, when set, receives a CPU profile of each measured batch's
+	// timed part, named <profile>-<batch>.pprof: merged per profile (go
+	// tool pprof -proto), the two profiles' files compare with -diff_base,
+	// which tells where the CPU time one profile adds per pod goes.
+	ProfileDir string
 }
 
 // NoiseProfile is the default plugins under another profile name.
@@ -254,7 +261,7 @@ func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []strin
 	// start pays for cold caches and heap growth, which A B B A alone
 	// would charge to A.
 	for i, s := range all {
-		if _, err := runBatch(ctx, kube, held, s, fmt.Sprintf("w%d", i), max(1, spec.Pods/4), mixed); err != nil {
+		if _, err := runBatch(ctx, kube, held, s, fmt.Sprintf("w%d", i), max(1, spec.Pods/4), mixed, ""); err != nil {
 			return fmt.Errorf("warm-up (%s): %v", s, err)
 		}
 	}
@@ -334,7 +341,11 @@ func (b *benchRun) block(ctx context.Context, r int, p string) (BenchRound, erro
 		if err := quiesce(ctx, b.sched, b.cp); err != nil {
 			return BenchRound{}, fmt.Errorf("round %d, before %s: %v", r+1, s, err)
 		}
-		bt, err := runBatch(ctx, b.kube, b.held, s, fmt.Sprintf("b%d", b.n), b.spec.Pods, b.mixed)
+		prof := ""
+		if b.spec.ProfileDir != "" {
+			prof = filepath.Join(b.spec.ProfileDir, fmt.Sprintf("%s-b%d.pprof", s, b.n))
+		}
+		bt, err := runBatch(ctx, b.kube, b.held, s, fmt.Sprintf("b%d", b.n), b.spec.Pods, b.mixed, prof)
 		b.n++
 		if err != nil {
 			return BenchRound{}, fmt.Errorf("round %d, %s: %v", r+1, s, err)
@@ -624,7 +635,7 @@ func benchPod(scheduler, prefix string, i int, mixed bool) *corev1.Pod {
 const benchCreators = 16
 
 // runBatch creates pods pods for scheduler (benchPod) and measures until all are bound.
-func runBatch(ctx context.Context, kube kubernetes.Interface, held *schedulerrun.Scheduler, scheduler, prefix string, pods int, mixed bool) (batch, error) {
+func runBatch(ctx context.Context, kube kubernetes.Interface, held *schedulerrun.Scheduler, scheduler, prefix string, pods int, mixed bool, profile string) (batch, error) {
 	var b batch
 	pc := kube.CoreV1().Pods("default")
 	selector := fields.OneTermEqualSelector("spec.schedulerName", scheduler).String()
@@ -645,6 +656,11 @@ func runBatch(ctx context.Context, kube kubernetes.Interface, held *schedulerrun
 			return b, err
 		}
 	}
+	stopProfile, err := startProfile(profile)
+	if err != nil {
+		return b, err
+	}
+	defer stopProfile() // on errors; the timed part's end stops it first
 	bound := map[string]bool{}
 	lastBound := time.Now()
 	see := func(p *corev1.Pod) {
@@ -698,6 +714,7 @@ func runBatch(ctx context.Context, kube kubernetes.Interface, held *schedulerrun
 		}
 	}
 	b.elapsed, b.cpu = time.Since(start), processCPU()-cpuStart
+	stopProfile()
 	if held != nil {
 		if err := held.Hold(); err != nil {
 			return b, err
@@ -712,6 +729,24 @@ func runBatch(ctx context.Context, kube kubernetes.Interface, held *schedulerrun
 		return err == nil && len(l.Items) == 0, nil
 	})
 	return b, err
+}
+
+// startProfile starts a CPU profile into path ("": none); stop ends it
+// and may be called more than once.
+func startProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("profiling a batch into %s: %w", path, err)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { pprof.StopCPUProfile(); f.Close() }) }, nil
 }
 
 // createBatch creates the batch's pods from several clients at once, as

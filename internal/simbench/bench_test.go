@@ -3,6 +3,8 @@ package simbench
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,9 +27,25 @@ import (
 // TestBench runs the A B B A measurement on a small cluster: both profiles
 // bind every pod and report a throughput.
 func TestBench(t *testing.T) {
-	report, err := Bench(context.Background(), BenchSpec{Nodes: 20, Pods: 60, Rounds: 2}, nil)
+	profiles := t.TempDir()
+	report, err := Bench(context.Background(), BenchSpec{Nodes: 20, Pods: 60, Rounds: 2, ProfileDir: profiles}, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// One CPU profile per measured batch, named by its profile.
+	files, err := filepath.Glob(filepath.Join(profiles, "*.pprof"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	perProfile := map[string]int{}
+	for _, f := range files {
+		if st, err := os.Stat(f); err != nil || st.Size() == 0 {
+			t.Errorf("%s: empty (%v)", f, err)
+		}
+		perProfile[strings.SplitN(filepath.Base(f), "-b", 2)[0]]++
+	}
+	if diff := cmp.Diff(map[string]int{"nicaffinity-scheduler": 4, "default-scheduler": 4}, perProfile); diff != "" {
+		t.Errorf("batch profiles per profile (-want,+got):\n%s", diff)
 	}
 	results, ratio := report.Results, report.Ratio
 	if len(report.Rounds) != 2 || report.Rounds[0].Order != "ABBA" || report.Rounds[1].Order != "BAAB" || report.Rounds[1].Ratio <= 0 {
@@ -206,7 +224,7 @@ func TestRunBatchSurvivesClosedWatch(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	b, err := runBatch(ctx, kube, nil, "nicaffinity-scheduler", "p", pods, false)
+	b, err := runBatch(ctx, kube, nil, "nicaffinity-scheduler", "p", pods, false, "")
 	if err != nil {
 		t.Fatal(err)
 	}
