@@ -12,13 +12,13 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"k8s.io/klog/v2"
 
+	"github.com/nicaffinity/nicaffinity/internal/simbench"
 	"github.com/nicaffinity/nicaffinity/pkg/version"
 )
 
@@ -63,17 +63,4 @@ func newRootCommand() *cobra.Command {
 
 // startCPUProfile profiles the process into path until stop is called;
 // with an empty path it does nothing.
-func startCPUProfile(path string) (stop func(), err error) {
-	if path == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
-}
+func startCPUProfile(path string) (stop func(), err error) { return simbench.StartCPUProfile(path) }

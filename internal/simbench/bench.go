@@ -656,7 +656,7 @@ func runBatch(ctx context.Context, kube kubernetes.Interface, held *schedulerrun
 			return b, err
 		}
 	}
-	stopProfile, err := startProfile(profile)
+	stopProfile, err := StartCPUProfile(profile)
 	if err != nil {
 		return b, err
 	}
@@ -731,9 +731,9 @@ func runBatch(ctx context.Context, kube kubernetes.Interface, held *schedulerrun
 	return b, err
 }
 
-// startProfile starts a CPU profile into path ("": none); stop ends it
-// and may be called more than once.
-func startProfile(path string) (stop func(), err error) {
+// StartCPUProfile starts a CPU profile of the process into path ("":
+// none); stop ends it and may be called more than once.
+func StartCPUProfile(path string) (stop func(), err error) {
 	if path == "" {
 		return func() {}, nil
 	}
@@ -743,7 +743,7 @@ func startProfile(path string) (stop func(), err error) {
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("profiling a batch into %s: %w", path, err)
+		return nil, fmt.Errorf("CPU profile into %s: %w", path, err)
 	}
 	var once sync.Once
 	return func() { once.Do(func() { pprof.StopCPUProfile(); f.Close() }) }, nil
