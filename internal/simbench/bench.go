@@ -145,8 +145,9 @@ type BenchResult struct {
 	// profile costs the machine, which the wall-clock throughput shows only
 	// once the cores are all busy.
 	CPUMsPerPod float64 `json:"cpuMsPerPod"`
-	// Creation to bound, as a client sees it: with a whole batch created at
-	// once, mostly time in the queue.
+	// To bound, as a client sees it: from the scheduler's release with
+	// ArrivalQueued, from the pod's creation with ArrivalBurst; either way
+	// mostly time in the queue, a whole batch arriving at once.
 	LatencyP50Ms float64 `json:"latencyP50Ms"`
 	LatencyP99Ms float64 `json:"latencyP99Ms"`
 	// The scheduler's own scheduling_attempt_duration_seconds for the
