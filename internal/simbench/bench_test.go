@@ -109,9 +109,9 @@ func TestBenchMaxDuration(t *testing.T) {
 // TestBenchMixed runs the mixed workload: pods without GPUs, two-pod jobs
 // on their rails and VF pods bind in both profiles. Its batches arrive in
 // bursts: queued, 60 pods on these 20 nodes (5 with VFs) strand a VF pod
-// or two in most runs under nicaffinity's profile, the GPUs of the VF
-// nodes taken by other pods first; the bench's own runs give every pod
-// eight nodes' worth of room.
+// or two in most runs under nicaffinity's profile (the VF nodes' GPUs, or
+// the VFs next to their free GPUs, taken first; not investigated yet);
+// the bench's own runs place at most one pod per node.
 func TestBenchMixed(t *testing.T) {
 	report, err := Bench(context.Background(), BenchSpec{Nodes: 20, Pods: 60, Rounds: 1, Workload: WorkloadMixed, Arrival: ArrivalBurst}, nil)
 	if err != nil {
