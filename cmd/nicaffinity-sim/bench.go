@@ -91,7 +91,7 @@ func (o *benchOptions) run(out, progress io.Writer) error {
 	if o.cpuProfile != "" && spec.ProfileDir != "" {
 		return fmt.Errorf("--cpuprofile and --batch-profiles: choose one (Go runs one CPU profile at a time)")
 	}
-	stopProfile, err := startCPUProfile(o.cpuProfile)
+	stopProfile, err := simbench.StartCPUProfile(o.cpuProfile)
 	if err != nil {
 		return err
 	}

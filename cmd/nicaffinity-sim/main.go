@@ -18,7 +18,6 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/nicaffinity/nicaffinity/internal/simbench"
 	"github.com/nicaffinity/nicaffinity/pkg/version"
 )
 
@@ -60,7 +59,3 @@ func newRootCommand() *cobra.Command {
 	root.AddCommand(newSimulateCommand(), newBenchCommand())
 	return root
 }
-
-// startCPUProfile profiles the process into path until stop is called;
-// with an empty path it does nothing.
-func startCPUProfile(path string) (stop func(), err error) { return simbench.StartCPUProfile(path) }

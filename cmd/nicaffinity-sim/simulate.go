@@ -17,6 +17,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/nicaffinity/nicaffinity/internal/sim"
+	"github.com/nicaffinity/nicaffinity/internal/simbench"
 )
 
 type simulateOptions struct {
@@ -154,7 +155,7 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 	if err != nil {
 		return err
 	}
-	stopProfile, err := startCPUProfile(o.cpuProfile)
+	stopProfile, err := simbench.StartCPUProfile(o.cpuProfile)
 	if err != nil {
 		return err
 	}

@@ -90,8 +90,8 @@ type Options struct {
 	// when the harness allows (Scheduler.Step), and the harness can tell
 	// when every informer handler has caught up (settle.go).
 	Settle bool
-	// Hold starts the scheduler held: it pops nothing until Release
-	// (hold.go).
+	// Hold starts the scheduler held: no pod gets past the gate after
+	// the queue's pop until Release (hold.go).
 	Hold bool
 }
 

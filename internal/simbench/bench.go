@@ -248,21 +248,18 @@ func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []strin
 	if err != nil {
 		return err
 	}
-	queued := spec.Arrival != ArrivalBurst
-	running, err := schedulerrun.Run(ctx, cp, sched, cp.TmpDir, schedulerrun.Options{Hold: queued})
+	running, err := schedulerrun.Run(ctx, cp, sched, cp.TmpDir, schedulerrun.Options{Hold: spec.Arrival != ArrivalBurst})
 	if err != nil {
 		return err
 	}
 	defer running.Stop()
-	var held *schedulerrun.Scheduler
-	if queued {
-		held = running
-	}
+	run := &benchRun{spec: spec, kube: kube, sched: running, cp: cp, beats: beats, began: began, def: def, mixed: mixed,
+		per: map[string]*batchTotals{}, progress: progress}
 	// Warm every profile up first, unmeasured: the first batch after
 	// start pays for cold caches and heap growth, which A B B A alone
 	// would charge to A.
 	for i, s := range all {
-		if _, err := runBatch(ctx, kube, held, s, fmt.Sprintf("w%d", i), max(1, spec.Pods/4), mixed, ""); err != nil {
+		if _, err := runBatch(ctx, kube, run.held(), s, fmt.Sprintf("w%d", i), max(1, spec.Pods/4), mixed, ""); err != nil {
 			return fmt.Errorf("warm-up (%s): %v", s, err)
 		}
 	}
@@ -270,8 +267,6 @@ func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []strin
 	if err != nil {
 		return err
 	}
-	run := &benchRun{spec: spec, kube: kube, sched: running, held: held, cp: cp, beats: beats, began: began, def: def, mixed: mixed,
-		per: map[string]*batchTotals{}, progress: progress}
 	var longest time.Duration
 rounds:
 	for r := 0; r < max(1, spec.Rounds); r++ {
@@ -312,7 +307,6 @@ type benchRun struct {
 	spec     BenchSpec
 	kube     kubernetes.Interface
 	sched    *schedulerrun.Scheduler
-	held     *schedulerrun.Scheduler // the scheduler, when batches arrive queued
 	cp       *controlplane.ControlPlane
 	beats    <-chan error // the heartbeat's end: an error, while batches run
 	began    time.Time
@@ -321,6 +315,15 @@ type benchRun struct {
 	per      map[string]*batchTotals // every measured batch, per profile
 	n        int                     // batches run, for their names
 	progress io.Writer
+}
+
+// held is the scheduler when batches arrive queued (it runs held between
+// them), nil when they arrive in bursts.
+func (b *benchRun) held() *schedulerrun.Scheduler {
+	if b.spec.Arrival == ArrivalBurst {
+		return nil
+	}
+	return b.sched
 }
 
 // block runs round r's four batches of profile p against the default
@@ -346,7 +349,7 @@ func (b *benchRun) block(ctx context.Context, r int, p string) (BenchRound, erro
 		if b.spec.ProfileDir != "" {
 			prof = filepath.Join(b.spec.ProfileDir, fmt.Sprintf("%s-b%d.pprof", s, b.n))
 		}
-		bt, err := runBatch(ctx, b.kube, b.held, s, fmt.Sprintf("b%d", b.n), b.spec.Pods, b.mixed, prof)
+		bt, err := runBatch(ctx, b.kube, b.held(), s, fmt.Sprintf("b%d", b.n), b.spec.Pods, b.mixed, prof)
 		b.n++
 		if err != nil {
 			return BenchRound{}, fmt.Errorf("round %d, %s: %v", r+1, s, err)
@@ -785,7 +788,7 @@ func createBatch(ctx context.Context, pc corev1client.PodInterface, scheduler, p
 	}
 }
 
-// waitQueued waits until the held scheduler's active queue holds the
+// waitQueued waits until the held scheduler has received all the
 // batch's pods: the release then finds all of them there.
 func waitQueued(ctx context.Context, held *schedulerrun.Scheduler, pods int) error {
 	n := 0
