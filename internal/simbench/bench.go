@@ -40,6 +40,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/exporter"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/plugins/nicaffinity"
 	"github.com/nicaffinity/nicaffinity/pkg/request"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
@@ -169,6 +170,10 @@ type BenchResult struct {
 	// scheduler_batch_cache_flushed_total by reason. A profile whose pods
 	// batch less does a whole search for more of them.
 	Batching map[string]int `json:"batching,omitempty"`
+	// NICAffinityFiltersPerPod is how many nodes NICAffinity's Filter ran
+	// on per pod (scheduler_plugin_evaluation_total): 0 where PreFilter
+	// skipped it, absent from profiles without the plugin.
+	NICAffinityFiltersPerPod *float64 `json:"nicaffinityFiltersPerPod,omitempty"`
 }
 
 // BenchRound is one A B B A (or B A A B) of a profile against the default.
@@ -404,6 +409,11 @@ func benchResult(s string, t *batchTotals, before, after []*dto.MetricFamily) Be
 		if n := counterDelta(before, after, "scheduler_batch_attempts_total", map[string]string{"profile": s, "result": result}); n > 0 {
 			r.Batching[result] = int(n)
 		}
+	}
+	filters := map[string]string{"plugin": nicaffinity.Name, "extension_point": "Filter", "profile": s}
+	if series(after, "scheduler_plugin_evaluation_total", filters) != nil {
+		perPod := round2(counterDelta(before, after, "scheduler_plugin_evaluation_total", filters) / float64(max(1, t.pods)))
+		r.NICAffinityFiltersPerPod = &perPod
 	}
 	for _, reason := range batchFlushReasons {
 		if n := counterDelta(before, after, "scheduler_batch_cache_flushed_total", map[string]string{"profile": s, "reason": reason}); n > 0 {

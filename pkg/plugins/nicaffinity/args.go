@@ -243,5 +243,5 @@ func (a *Args) RequestConfig() podreq.Config {
 // args nor the plugin.
 func (a *Args) storeConfig(profile string) storeConfig {
 	return storeConfig{timeout: a.ReservationTimeout.Duration, maxAge: a.TopologyMaxAge.Duration, gpuResource: a.GPUResourceName,
-		profile: profile, scoring: newScoring(a)}
+		profile: profile, scoring: newScoring(a), staleRejects: a.StaleTopology == StaleReject}
 }

@@ -46,6 +46,8 @@ type Cache struct {
 	cells   atomic.Pointer[map[string]*atomic.Pointer[nodeView]]
 	// spread tells PreScore when every node scores alike (spread.go).
 	spread scoreSpread
+	// skip tells PreFilter when Filter would add nothing (skip.go).
+	skip skipCounts
 	// scoring fills each new view's answers.
 	scoring *scoring
 	timeout time.Duration
@@ -66,8 +68,11 @@ type storeConfig struct {
 	gpuResource     string
 	// profile labels the metrics.
 	profile string
-	// scoring precomputes views' answers (nil: none).
+	// scoring precomputes views' answers (nil: none, and no Filter skips).
 	scoring *scoring
+	// staleRejects: Filter rejects views with reservations the object
+	// does not show yet (staleTopology: Reject).
+	staleRejects bool
 }
 
 type reservation struct {
@@ -116,6 +121,10 @@ func newCache(cfg storeConfig) *Cache {
 	c := &Cache{nodes: map[string]*nodeEntry{}, podNode: map[types.UID]string{}, timeout: cfg.timeout, maxAge: cfg.maxAge, now: time.Now,
 		gpuResource: cfg.gpuResource, metrics: profileMetrics{profile: cfg.profile}, scoring: cfg.scoring, jobs: newJobRails()}
 	c.cells.Store(&map[string]*atomic.Pointer[nodeView]{})
+	c.skip.li, c.skip.staleRejects, c.skip.raced = -1, cfg.staleRejects, map[types.UID]struct{}{}
+	if cfg.scoring != nil {
+		c.skip.li = levelIndex(cfg.scoring.defaults.maxLevel)
+	}
 	return c
 }
 
@@ -251,6 +260,8 @@ func (c *Cache) remove(node string) {
 		delete(c.podNode, uid)
 	}
 	c.spread.replace(e.view, nil)
+	c.skip.replace(e.view, nil)
+	c.nodesChanged()
 	c.setState(e, "")
 	delete(c.nodes, node)
 	c.metrics.setReservations(len(c.podNode))
@@ -299,6 +310,7 @@ func (c *Cache) forgetPod(pod types.UID) {
 	c.jobs.drop(pod)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.forgetRaced(pod)
 	node, ok := c.podNode[pod]
 	if !ok {
 		return
@@ -331,6 +343,7 @@ func (c *Cache) rebuild(node string) {
 		v.why, v.state = "cannot be read: "+e.err, stateUnreadable
 	}
 	c.spread.replace(e.view, v)
+	c.skip.replace(e.view, v)
 	e.view = v
 	c.setState(e, stateOf(e))
 	c.metrics.setReservations(len(c.podNode))
@@ -341,6 +354,7 @@ func (c *Cache) rebuild(node string) {
 		cells[node] = cell
 		cell.Store(v)
 		c.cells.Store(&cells)
+		c.nodesChanged()
 		return
 	}
 	cell.Store(v)

@@ -24,11 +24,16 @@ func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod
 	if s == nil {
 		return nil
 	}
+	return pl.filterNode(s, nodeInfo.Node().Name)
+}
+
+// filterNode is Filter's verdict on the node named node.
+func (pl *NICAffinity) filterNode(s *preFilterState, node string) *fwk.Status {
 	req := &s.req
 	if !req.rdma || !req.required {
 		return nil // only scored: every node passes
 	}
-	raw := pl.cache.view(nodeInfo.Node().Name)
+	raw := pl.cache.view(node)
 	v, why := usable(raw)
 	if v == nil {
 		if pl.args.MissingTopology == MissingIgnore {
@@ -37,7 +42,7 @@ func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod
 		pl.cache.metrics.reject(unusableReason(raw))
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
 	}
-	if o, ok := s.overlays[nodeInfo.Node().Name]; ok {
+	if o, ok := s.overlays[node]; ok {
 		v = v.withOverlay(o)
 	}
 	if req.gpus > len(v.c.GPUs) {

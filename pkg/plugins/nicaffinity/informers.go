@@ -85,10 +85,21 @@ func newInformerFeed(ctx context.Context, h fwk.Handle, cfg storeConfig, reader 
 		return nil, err
 	}
 	if _, err := h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		// Which nodes have GPUs decides whether Filter may be skipped
+		// (skip.go).
+		AddFunc: func(any) { c.nodesChanged() },
+		UpdateFunc: func(old, obj any) {
+			o, _ := old.(*v1.Node)
+			n, _ := obj.(*v1.Node)
+			if gpusChanged(o, n, cfg.gpuResource) {
+				c.nodesChanged()
+			}
+		},
 		DeleteFunc: func(obj interface{}) {
 			if n, ok := deletedObject(obj).(*v1.Node); ok {
 				c.remove(n.Name)
 			}
+			c.nodesChanged()
 		},
 	}); err != nil {
 		return nil, err
@@ -126,6 +137,16 @@ func newInformerFeed(ctx context.Context, h fwk.Handle, cfg storeConfig, reader 
 		}
 	}()
 	return f, nil
+}
+
+// gpusChanged: a Node's allocatable GPUs differ between two versions (or
+// either is not a Node).
+func gpusChanged(old, new *v1.Node, gpu string) bool {
+	if old == nil || new == nil {
+		return true
+	}
+	r := v1.ResourceName(gpu)
+	return !old.Status.Allocatable[r].Equal(new.Status.Allocatable[r])
 }
 
 // crdWait is how long the scheduler waits at start for the

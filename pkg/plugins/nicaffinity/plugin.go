@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -76,6 +77,9 @@ type NICAffinity struct {
 	scoring *scoring
 	// reader is how pods are read (pkg/request), from args.
 	reader podreq.Config
+	// skipMemo is what PreFilter last checked of the snapshot's nodes
+	// (skip.go).
+	skipMemo atomic.Pointer[skipMemo]
 }
 
 // Name returns Name.

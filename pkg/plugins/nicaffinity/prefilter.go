@@ -22,6 +22,10 @@ type preFilterState struct {
 	// overlays are preemption's what-if changes per node (AddPod,
 	// RemovePod); nil outside preemption.
 	overlays map[string]overlay
+	// filterSkipped: PreFilter returned Skip because Filter would pass
+	// every node NodeResourcesFit passes (skip.go); Reserve checks the
+	// chosen node.
+	filterSkipped bool
 }
 
 // Clone shares the request, which nothing changes after PreFilter; the plan
@@ -81,7 +85,12 @@ func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v
 	if req.rdma && cycle.IsPodGroupSchedulingCycle() {
 		st.overlays = pl.removedOverlays(nodes)
 	}
+	// Score, Reserve and PreBind read the state of a skipped Filter too.
+	st.filterSkipped = pl.canSkipFilter(cycle, pod.UID, st, nodes)
 	cycle.Write(stateKey, st)
+	if st.filterSkipped {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
 	return nil, nil
 }
 

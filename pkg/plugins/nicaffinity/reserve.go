@@ -27,6 +27,9 @@ func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v
 	if s == nil {
 		return nil // skipped in PreFilter: nothing to plan
 	}
+	if st := pl.skippedFilterHolds(s, pod.UID, node); st != nil {
+		return st
+	}
 	v, _ := pl.cache.View(node)
 	if v == nil || s.req.gpus > len(v.c.GPUs) {
 		return nil // nothing to plan against: the kubelet decides alone
