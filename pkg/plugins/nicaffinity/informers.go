@@ -86,8 +86,8 @@ func newInformerFeed(ctx context.Context, h fwk.Handle, cfg storeConfig, reader 
 	}
 	if _, err := h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		// Which nodes have GPUs decides whether Filter may be skipped
-		// (skip.go).
-		AddFunc: func(any) { c.nodesChanged() },
+		// (skip.go). A node that joins or leaves makes a new snapshot
+		// node list, which the skip checks anew anyway.
 		UpdateFunc: func(old, obj any) {
 			o, _ := old.(*v1.Node)
 			n, _ := obj.(*v1.Node)
@@ -99,7 +99,6 @@ func newInformerFeed(ctx context.Context, h fwk.Handle, cfg storeConfig, reader 
 			if n, ok := deletedObject(obj).(*v1.Node); ok {
 				c.remove(n.Name)
 			}
-			c.nodesChanged()
 		},
 	}); err != nil {
 		return nil, err

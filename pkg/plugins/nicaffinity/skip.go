@@ -12,10 +12,13 @@ import (
 //
 // For a common RDMA request (the plugin's default level, required, no
 // VFs, no rails), Filter on a node whose view is usable (and not stale
-// under staleTopology: Reject) and whose free GPUs all have a NIC at the
-// default level or closer passes exactly when the view has as many free
-// GPUs as the pod asks for: the free GPUs NodeResourcesFit counts from the
-// scheduler's own books. Call such a view safe. When every node of the
+// under staleTopology: Reject) and whose healthy GPUs all have a NIC at
+// the default level or closer passes exactly when the view has as many
+// free GPUs as the pod asks for: the free GPUs NodeResourcesFit counts
+// from the scheduler's own books. Call such a view safe. Safety looks at
+// every healthy GPU, not only the free ones, so that it holds for any set
+// of pods preemption might evict: a skipped Filter is skipped in
+// preemption's what-ifs too. When every node of the
 // cycle's snapshot that has GPUs has a safe view, Filter adds nothing to
 // NodeResourcesFit, and PreFilter returns Skip: the framework then calls
 // nothing of the plugin per node. Nodes without GPUs do not count, because
@@ -54,10 +57,10 @@ type skipCounts struct {
 	racedN atomic.Int32
 }
 
-// safe: Filter on v passes a common RDMA request exactly when v has that
-// many free GPUs.
+// safe: Filter on v, or on v with any GPUs freed, passes a common RDMA
+// request exactly when the view has that many free GPUs.
 func (sc *skipCounts) safe(v *nodeView) bool {
-	return v.c != nil && !(v.stale && sc.staleRejects) && v.free&^v.c.AnyNear[sc.li] == 0
+	return v.c != nil && !(v.stale && sc.staleRejects) && v.c.Healthy&^v.c.AnyNear[sc.li] == 0
 }
 
 // replace moves a node's count from its old view to its new one (either

@@ -42,8 +42,9 @@ func TestPreFilterSkipsFilter(t *testing.T) {
 			objs: []*v1alpha2.NodeResourceTopology{h100}, nodes: []fwk.NodeInfo{nodeInfo("h100", 8), nodeInfo("new", 8)}, pod: podSpec{gpus: 1, extra: one}, want: true},
 		{name: "a free GPU without a NIC close enough", objs: []*v1alpha2.NodeResourceTopology{h100, handNRT("half", 3, 4)},
 			nodes: []fwk.NodeInfo{nodeInfo("h100", 8), nodeInfo("half", 8)}, pod: podSpec{gpus: 1, extra: one}},
-		{name: "only the GPUs with NICs free", objs: []*v1alpha2.NodeResourceTopology{h100, handNRT("half", 0, 3)},
-			nodes: []fwk.NodeInfo{nodeInfo("h100", 8), nodeInfo("half", 8)}, pod: podSpec{gpus: 1, extra: one}, want: true},
+		// Preemption could free the far GPUs in use.
+		{name: "GPUs without a close NIC, all in use", objs: []*v1alpha2.NodeResourceTopology{h100, handNRT("half", 0, 3)},
+			nodes: []fwk.NodeInfo{nodeInfo("h100", 8), nodeInfo("half", 8)}, pod: podSpec{gpus: 1, extra: one}},
 		{name: "an object that cannot be read", objs: []*v1alpha2.NodeResourceTopology{h100, unreadable},
 			nodes: []fwk.NodeInfo{nodeInfo("h100", 8)}, pod: podSpec{gpus: 1, extra: one}},
 		{name: "reserved, staleTopology Reserve", objs: []*v1alpha2.NodeResourceTopology{h100, h100b}, reserve: true,
@@ -81,8 +82,9 @@ func TestPreFilterSkipsFilter(t *testing.T) {
 
 // TestSkipSafeViewsAgreeWithCounts is the invariant Skip rests on: on a
 // safe view, Filter passes a common RDMA request of g GPUs exactly when
-// the view has g free GPUs; and a view where some free GPU lacks a close
-// NIC is not safe. Random free sets on every machine shape.
+// the view has g free GPUs, whichever GPUs are free (preemption frees
+// any); and a view with a healthy GPU without a close NIC is not safe.
+// Random free sets on every machine shape.
 func TestSkipSafeViewsAgreeWithCounts(t *testing.T) {
 	shapes := map[string]func(*machines.Tree){"hgx-h100": machines.HGXH100, "dgx-a100": machines.DGXA100,
 		"half": machines.HalfNICs, "h20": machines.H20, "gb200": machines.GB200Tray, "b300": machines.HGXB300}
@@ -114,8 +116,8 @@ func TestSkipSafeViewsAgreeWithCounts(t *testing.T) {
 					t.Errorf("%s, free %b, %d GPUs: Filter passes %v on a safe view with %d free", name, v.free, g, passes, v.free.Count())
 				}
 			}
-			if !safe && v.free&^v.c.AnyNear[c.skip.li] == 0 {
-				t.Errorf("%s, free %b: not safe, but every free GPU has a close NIC", name, v.free)
+			if safe != (v.c.Healthy&^v.c.AnyNear[c.skip.li] == 0) {
+				t.Errorf("%s, free %b: safe %v, but a healthy GPU without a close NIC is %v", name, v.free, safe, !safe)
 			}
 		}
 		t.Logf("%s: %d safe, %d not", name, safeSeen, unsafeSeen)
