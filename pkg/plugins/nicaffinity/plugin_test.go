@@ -227,6 +227,55 @@ func TestFilterSRIOV(t *testing.T) {
 	}
 }
 
+// TestPlansLeaveVFGPUs: on an H20 with VFs on the NICs next to GPUs 0,1
+// and 6,7 only, RDMA pods without VFs take the other GPUs first, and do
+// not count a GPU next to free VFs as good packing, so pods that must have
+// a VF are not stranded by pods that could go anywhere.
+func TestPlansLeaveVFGPUs(t *testing.T) {
+	pl, c := newTestPlugin(t, nil, sriovNRT(t, 2, 2))
+	v := c.view("h20")
+	li := levelIndex(pl.scoring.defaults.maxLevel)
+	keep := v.vfKeepers(li)
+	byBus := map[string]int{}
+	for g := range v.c.GPUs {
+		byBus[v.c.GPUs[g].BusID] = g
+	}
+	if keep.Count() != 4 || keep&(1<<0) == 0 || keep&(1<<7) == 0 {
+		t.Fatalf("GPUs next to free VFs: %b, want 0, 1, 6 and 7", keep)
+	}
+	var taken nrt.GPUSet
+	for i := range 5 {
+		pod := makePod(fmt.Sprintf("p%d", i), 1, nil, rdma, "1")
+		cycle, st := preFilter(t, pl, pod, nodeInfo("big", 16))
+		if !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		if st := pl.Reserve(t.Context(), cycle, pod, "h20"); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		s, _ := getState(cycle)
+		g := byBus[s.planned.GPUs[0]]
+		taken |= 1 << g
+		if next := i >= 4; (keep&(1<<g) != 0) != next {
+			t.Errorf("pod %d planned GPU %d (next to free VFs: %v) with %b taken before", i, g, keep&(1<<g) != 0, taken&^(1<<g))
+		}
+	}
+	// GPU 0's switch is broken (by a VF pod, say): GPU 1 beside it is good
+	// packing for a pod that needs a VF, not for one that does not.
+	w := *v
+	w.free = v.c.Healthy &^ 1
+	plain := pl.scoring.defaults
+	plain.gpus, plain.rdma = 1, true
+	withVF := plain
+	withVF.vfs = []vfRequest{{resource: "openshift.io/sriov_highnet", count: 1}}
+	if got := w.packing(&plain, 1<<1); got != 0 {
+		t.Errorf("packing of GPU 1 for a pod without VFs = %v, want 0", got)
+	}
+	if got := w.packing(&withVF, 1<<1); got != 1 {
+		t.Errorf("packing of GPU 1 for a VF pod = %v, want 1", got)
+	}
+}
+
 // TestReserveNeverDoubleBooks: with the object lagging (it never changes
 // here), successive pods on one node get disjoint GPUs, then the node is
 // full; Unreserve gives the GPUs back; StaleTopology Reject waits.

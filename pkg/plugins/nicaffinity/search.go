@@ -230,8 +230,12 @@ func (v *nodeView) plan(req *request, li int) (gpus nrt.GPUSet) {
 		}
 	}
 	pxb := levelIndex(topology.LevelPXB)
+	var keep nrt.GPUSet
+	if req.rdma && len(req.vfs) == 0 {
+		keep = v.vfKeepers(li)
+	}
 	for picked := gpus.Count(); picked < req.gpus; picked++ {
-		best, bestKey := -1, [4]int{}
+		best, bestKey := -1, [5]int{}
 		for g := range c.GPUs {
 			if candidates&(1<<g) == 0 || gpus&(1<<g) != 0 {
 				continue
@@ -245,13 +249,17 @@ func (v *nodeView) plan(req *request, li int) (gpus nrt.GPUSet) {
 			if req.railRoom != nil {
 				room = -req.railRoom[v.railOf(g)]
 			}
-			key := [4]int{int(c.BestLevel[g]), room, whole, g}
+			vf := 0
+			if keep&(1<<g) != 0 {
+				vf = 1 // a pod that must have a VF could use it
+			}
+			key := [5]int{int(c.BestLevel[g]), room, vf, whole, g}
 			if !req.rdma {
 				aligned := 0
 				if c.AnyNear[pxb]&(1<<g) != 0 {
 					aligned = 1
 				}
-				key = [4]int{aligned, 0, whole, g}
+				key = [5]int{aligned, 0, 0, whole, g}
 			}
 			if best < 0 || less(key[:], bestKey[:]) {
 				best, bestKey = g, key
@@ -263,6 +271,22 @@ func (v *nodeView) plan(req *request, li int) (gpus nrt.GPUSet) {
 		gpus |= 1 << best
 	}
 	return gpus
+}
+
+// vfKeepers are the GPUs at level index li or closer to a NIC with free
+// VFs. An RDMA pod that asks for no VFs leaves them, where it can, to
+// pods that must have a VF next to their GPUs: on a board with VFs on
+// some NICs only, those are the only GPUs such pods can take.
+func (v *nodeView) vfKeepers(li int) nrt.GPUSet {
+	var m nrt.GPUSet
+	for _, free := range v.vfFree {
+		for n, k := range free {
+			if k > 0 {
+				m |= v.c.Near[li][n]
+			}
+		}
+	}
+	return m
 }
 
 // railNear are the free GPUs at level index li or closer to a NIC on one
@@ -404,8 +428,8 @@ func (v *nodeView) certainty(req *request, li int) float64 {
 
 // packing (0..1) rewards placements that keep NIC-bearing switches whole:
 // for RDMA pods, the share of planned GPUs taken from switches already in
-// use; for pods without RDMA, the share taken from GPUs without a
-// GPUDirect-capable NIC.
+// use (for pods without VFs, not counting GPUs next to free VFs); for pods
+// without RDMA, the share taken from GPUs without a GPUDirect-capable NIC.
 func (v *nodeView) packing(req *request, planned nrt.GPUSet) float64 {
 	c := v.c
 	if req.gpus == 0 || planned == 0 {
@@ -413,12 +437,18 @@ func (v *nodeView) packing(req *request, planned nrt.GPUSet) float64 {
 	}
 	good := 0
 	pxb := levelIndex(topology.LevelPXB)
+	var keep nrt.GPUSet
+	if req.rdma && len(req.vfs) == 0 {
+		keep = v.vfKeepers(levelIndex(req.maxLevel))
+	}
 	for g := range c.GPUs {
 		if planned&(1<<g) == 0 {
 			continue
 		}
 		if req.rdma {
-			if c.Switches[c.SwitchOf[g]]&^v.free != 0 {
+			// Taking a GPU that a VF pod could use is no good packing,
+			// even on a broken switch.
+			if keep&(1<<g) == 0 && c.Switches[c.SwitchOf[g]]&^v.free != 0 {
 				good++ // the switch was already broken
 			}
 		} else if c.AnyNear[pxb]&(1<<g) == 0 {
