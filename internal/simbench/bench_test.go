@@ -56,6 +56,15 @@ func TestBench(t *testing.T) {
 			t.Errorf("%+v", r)
 		}
 	}
+	// Every node an HGX H100 with a NIC next to every GPU: the real
+	// scheduler skips NICAffinity's Filter for every one-GPU RDMA pod
+	// (TestBenchMixed sees it run where pods need VFs or rails).
+	if f := results[0].NICAffinityFiltersPerPod; f == nil || *f != 0 {
+		t.Errorf("%s: NICAffinity's Filter calls per pod %v, want 0", results[0].Scheduler, f)
+	}
+	if f := results[1].NICAffinityFiltersPerPod; f != nil {
+		t.Errorf("%s: NICAffinity's Filter calls per pod %v, want none reported", results[1].Scheduler, *f)
+	}
 	t.Logf("%+v ratio %.2f", results, ratio)
 	if ratio <= 0 {
 		t.Errorf("ratio %v", ratio)
@@ -118,6 +127,9 @@ func TestBenchMixed(t *testing.T) {
 	}
 	if len(report.Rounds) != 1 || report.Rounds[0].Ratio <= 0 {
 		t.Errorf("rounds: %+v, want one with a ratio", report.Rounds)
+	}
+	if f := report.Results[0].NICAffinityFiltersPerPod; f == nil || *f <= 0 {
+		t.Errorf("NICAffinity's Filter calls per pod %v, want some: VF pods and pods that follow rails do not skip it", f)
 	}
 }
 
