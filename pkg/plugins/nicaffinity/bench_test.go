@@ -3,6 +3,7 @@
 package nicaffinity_test
 
 import (
+	"flag"
 	"strings"
 	"testing"
 
@@ -19,6 +20,26 @@ func run(b *testing.B, prefix string) {
 	for _, bm := range pluginbench.Benchmarks {
 		if name, ok := strings.CutPrefix(bm.Name, prefix); ok {
 			b.Run(name, bm.F)
+		}
+	}
+}
+
+// TestMicroBenchmarksRun runs every shared micro-benchmark once, as
+// nicaffinity-sim bench does by default, so a benchmark that fails its own
+// setup fails here rather than in a user's bench run; each must also stay
+// at 0 allocations a call.
+func TestMicroBenchmarksRun(t *testing.T) {
+	if err := flag.Set("test.benchtime", "3x"); err != nil {
+		t.Fatal(err)
+	}
+	for _, bm := range pluginbench.Benchmarks {
+		r := testing.Benchmark(bm.F)
+		if r.N == 0 {
+			t.Errorf("%s: failed", bm.Name)
+			continue
+		}
+		if a := r.AllocsPerOp(); a != 0 {
+			t.Errorf("%s: %d allocations a call, want 0", bm.Name, a)
 		}
 	}
 }
