@@ -10,6 +10,9 @@ import (
 
 // Skipping Filter for pods whose answer every node already gives.
 //
+// Pods without RDMA and preferred pods pass every node: PreFilter returns
+// Skip for them, as in-tree plugins do for pods they do not constrain.
+//
 // For a common RDMA request (the plugin's default level, required, no
 // VFs, no rails), Filter on a node whose view is usable (and not stale
 // under staleTopology: Reject) and whose healthy GPUs all have a NIC at
@@ -136,7 +139,13 @@ func sameList(a, b []fwk.NodeInfo) bool {
 func (pl *NICAffinity) canSkipFilter(cycle fwk.CycleState, pod types.UID, st *preFilterState, nodes []fwk.NodeInfo) bool {
 	req := &st.req
 	c := pl.cache
-	if !req.common || !req.rdma || !req.required || c.skip.li < 0 || cycle.IsPodGroupSchedulingCycle() ||
+	if cycle.IsPodGroupSchedulingCycle() {
+		return false // Reserve plans through the cycle's overlays
+	}
+	if !req.rdma || !req.required {
+		return true // Filter passes every node: only scored
+	}
+	if !req.common || c.skip.li < 0 ||
 		c.skip.unsafe.Load() != 0 || c.mayNotSkip(pod) {
 		return false
 	}

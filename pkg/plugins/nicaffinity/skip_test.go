@@ -57,9 +57,12 @@ func TestPreFilterSkipsFilter(t *testing.T) {
 			pod: podSpec{gpus: 1, extra: []string{"openshift.io/sriov_highnet", "1"}}},
 		{name: "a level of its own", objs: []*v1alpha2.NodeResourceTopology{h100}, nodes: []fwk.NodeInfo{nodeInfo("h100", 8)},
 			pod: podSpec{gpus: 1, extra: one, ann: map[string]string{annotations.MaxLevel: "PIX"}}},
-		{name: "preferred", objs: []*v1alpha2.NodeResourceTopology{h100}, nodes: []fwk.NodeInfo{nodeInfo("h100", 8)},
-			pod: podSpec{gpus: 1, extra: one, ann: map[string]string{annotations.Policy: "preferred"}}},
-		{name: "no RDMA", objs: []*v1alpha2.NodeResourceTopology{h100}, nodes: []fwk.NodeInfo{nodeInfo("h100", 8)}, pod: podSpec{gpus: 1}},
+		// Filter passes every node for pods it does not constrain, a GPU
+		// node without an object included.
+		{name: "preferred", objs: []*v1alpha2.NodeResourceTopology{h100}, nodes: []fwk.NodeInfo{nodeInfo("h100", 8), nodeInfo("new", 8)},
+			pod: podSpec{gpus: 1, extra: one, ann: map[string]string{annotations.Policy: "preferred"}}, want: true},
+		{name: "no RDMA", objs: []*v1alpha2.NodeResourceTopology{h100, handNRT("half", 3, 4)}, nodes: []fwk.NodeInfo{nodeInfo("half", 8), nodeInfo("new", 8)},
+			pod: podSpec{gpus: 1}, want: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
