@@ -162,9 +162,9 @@ func (pl *NICAffinity) covered(nodes []fwk.NodeInfo) bool {
 	// The epoch is read before the pass: a change during it leaves a memo
 	// that the next cycle does not trust.
 	m := &skipMemo{nodes: nodes, epoch: epoch, covered: true}
-	cells := *pl.cache.cells.Load()
+	cells, gpu := *pl.cache.cells.Load(), v1.ResourceName(pl.args.GPUResourceName)
 	for _, n := range nodes {
-		if hasGPUs(n, pl.args.GPUResourceName) && cells[n.Node().Name] == nil {
+		if hasGPUs(n, gpu) && cells[n.Node().Name] == nil {
 			m.covered = false
 			break
 		}
@@ -173,13 +173,10 @@ func (pl *NICAffinity) covered(nodes []fwk.NodeInfo) bool {
 	return m.covered
 }
 
-// hasGPUs: the node's allocatable names the GPU resource above zero.
-func hasGPUs(n fwk.NodeInfo, gpu string) bool {
-	if n.Node() == nil {
-		return false
-	}
-	q, ok := n.Node().Status.Allocatable[v1.ResourceName(gpu)]
-	return ok && q.Sign() > 0
+// hasGPUs: the scheduler's books give the node GPUs (the allocatable
+// NodeResourcesFit and takesLargestNode read).
+func hasGPUs(n fwk.NodeInfo, gpu v1.ResourceName) bool {
+	return n.GetAllocatable().GetScalarResources()[gpu] > 0
 }
 
 // skippedFilterHolds is Reserve's check of the chosen node in a cycle
