@@ -35,7 +35,10 @@ import (
 //     views go into its cell.
 //   - A reservation is dropped when the node's object carries the pod-set
 //     fingerprint of the pods the scheduler sees on that node (the exporter
-//     counted them), when the pod goes away, or after the timeout.
+//     counted them) and its pod is one of those, when the pod goes away, or
+//     after the timeout. A pod reserved but not yet seen bound is in no
+//     node's set: an object that matches the set without it does not count
+//     it, and dropping its reservation would hand its GPUs out twice.
 //   - A node's entry, its cell and its reservations go when its object or
 //     its Node is deleted, so a cluster that replaces nodes does not grow
 //     the cache.
@@ -110,7 +113,7 @@ func NewStaticCache(args *Args, objs ...*v1alpha2.NodeResourceTopology) *Cache {
 	c := newCache(args.storeConfig("static"))
 	for _, o := range objs {
 		compiled, err := nrt.Compile(o, args.GPUResourceName)
-		c.set(o.Name, o.ResourceVersion, compiled, err, false)
+		c.set(o.Name, o.ResourceVersion, compiled, err, nil)
 	}
 	return c
 }
@@ -223,10 +226,10 @@ func sweepInterval(timeout time.Duration) time.Duration {
 }
 
 // set stores a (re)compiled object of resourceVersion rv, or why it could
-// not be compiled. confirmed: the object counts every pod on the node, so
-// reservations go. A version not seen before restarts the object's age; a
-// version seen before (an informer's relist) does not.
-func (c *Cache) set(node, rv string, compiled *nrt.Compiled, err error, confirmed bool) {
+// not be compiled. counted: the pods the object counts (nil: none known),
+// whose reservations go. A version not seen before restarts the object's
+// age; a version seen before (an informer's relist) does not.
+func (c *Cache) set(node, rv string, compiled *nrt.Compiled, err error, counted map[types.UID]bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entry(node)
@@ -239,13 +242,19 @@ func (c *Cache) set(node, rv string, compiled *nrt.Compiled, err error, confirme
 		e.rv, e.received = rv, now
 	}
 	e.outdated = c.outdated(e, now)
-	if confirmed {
-		for uid := range e.reserved {
+	c.dropCounted(e, counted)
+	c.rebuild(node)
+}
+
+// dropCounted drops the reservations of the pods an object counts. The
+// caller holds mu and rebuilds the node.
+func (c *Cache) dropCounted(e *nodeEntry, counted map[types.UID]bool) {
+	for uid := range e.reserved {
+		if counted[uid] {
+			delete(e.reserved, uid)
 			delete(c.podNode, uid)
 		}
-		clear(e.reserved)
 	}
-	c.rebuild(node)
 }
 
 // remove forgets a node: its object, its reservations and its cell.
@@ -458,21 +467,21 @@ func (c *Cache) reserving(node string) bool {
 	return ok && len(e.reserved) > 0
 }
 
-// confirm drops node's reservations when its object, still the one
-// compiled, counts the pod set whose fingerprint is given: the object
-// holds every pod the reservations were for.
-func (c *Cache) confirm(node, fingerprint string) {
+// confirm drops the reservations of the pods in counted when node's
+// object, still the one compiled, counts that pod set (fingerprint is the
+// set's): the object holds those pods. Reservations of other pods (not yet
+// seen bound) stay.
+func (c *Cache) confirm(node, fingerprint string, counted map[types.UID]bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.nodes[node]
 	if !ok || e.compiled == nil || len(e.reserved) == 0 || e.compiled.Fingerprint == "" || e.compiled.Fingerprint != fingerprint {
 		return
 	}
-	for uid := range e.reserved {
-		delete(c.podNode, uid)
+	n := len(e.reserved)
+	if c.dropCounted(e, counted); len(e.reserved) != n {
+		c.rebuild(node)
 	}
-	clear(e.reserved)
-	c.rebuild(node)
 }
 
 // versions is the resourceVersion of each node's object in the cache.

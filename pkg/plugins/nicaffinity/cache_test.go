@@ -76,7 +76,11 @@ func TestCacheConcurrent(t *testing.T) {
 		uid := types.UID(fmt.Sprint("p", i))
 		st.Reserve("n", uid, nrt.GPUSet(1)<<(i%8), nil)
 		c, err := nrt.Compile(handNRT("n", 0, 1, 2, 3), "nvidia.com/gpu")
-		st.set("n", "", c, err, i%3 == 0)
+		var counted map[types.UID]bool
+		if i%3 == 0 {
+			counted = map[types.UID]bool{uid: true}
+		}
+		st.set("n", "", c, err, counted)
 		st.Unreserve("n", uid)
 		st.forgetPod(uid)
 	}
@@ -101,7 +105,7 @@ func TestStoreLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.set("n", "", c, nil, false)
+	st.set("n", "", c, nil, nil)
 	v, _ := st.View("n")
 	if v == nil || v.free != c.Free {
 		t.Fatalf("after set: %+v", v)
@@ -115,15 +119,20 @@ func TestStoreLifecycle(t *testing.T) {
 		t.Errorf("after forgetPod: free %b, index %v", v.free, st.podNode)
 	}
 	st.Reserve("n", "pod-b", 2, nil)
-	st.set("n", "", c, nil, true) // the object counts pod-b now
+	st.Reserve("n", "pod-c", 4, nil) // reserved, not yet seen bound
+	st.set("n", "", c, nil, map[types.UID]bool{"pod-b": true}) // the object counts pod-b now
+	if v, _ := st.View("n"); v.free != c.Free&^4 || !v.stale || len(st.podNode) != 1 {
+		t.Errorf("after an object that counts pod-b: free %b, stale %v, index %v; want pod-c still held", v.free, v.stale, st.podNode)
+	}
+	st.set("n", "", c, nil, map[types.UID]bool{"pod-c": true})
 	if v, _ := st.View("n"); v.stale || len(st.podNode) != 0 {
 		t.Errorf("after a confirming object: stale %v, index %v", v.stale, st.podNode)
 	}
-	st.set("n", "", nil, errors.New("garbled"), false)
+	st.set("n", "", nil, errors.New("garbled"), nil)
 	if v, why := st.View("n"); v != nil || why != "NodeResourceTopology cannot be read: garbled" {
 		t.Errorf("garbled object: %v %q", v, why)
 	}
-	st.set("n", "", c, nil, false)
+	st.set("n", "", c, nil, nil)
 	st.remove("n")
 	if v, why := st.View("n"); v != nil || why != "no NodeResourceTopology for this node" {
 		t.Errorf("removed object: %v %q", v, why)

@@ -50,7 +50,7 @@ func newTestPlugin(t testing.TB, mutate func(*Args), objs ...*v1alpha2.NodeResou
 	st := newCache(cfg)
 	for _, o := range objs {
 		c, err := nrt.Compile(o, args.GPUResourceName)
-		st.set(o.Name, o.ResourceVersion, c, err, false)
+		st.set(o.Name, o.ResourceVersion, c, err, nil)
 	}
 	pl, err := NewWithCache(args, nil, st)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/k8stopologyawareschedwg/podfingerprint"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -222,7 +223,7 @@ func (f *informerFeed) adoptPlan(obj interface{}) {
 	}
 	fingerprint := ""
 	if f.c.compiledFingerprint(plan.Node) != "" {
-		fingerprint = f.fingerprintOf(plan.Node)
+		fingerprint, _ = f.podsOn(plan.Node)
 	}
 	f.c.adopt(plan.Node, p.UID, plan.GPUs, fingerprint)
 	// A bound pod of a job holds its plan's rails for the job's next pods
@@ -244,7 +245,8 @@ func (f *informerFeed) recheck(obj interface{}) {
 		return
 	}
 	if fp := f.c.compiledFingerprint(p.Spec.NodeName); fp != "" {
-		f.c.confirm(p.Spec.NodeName, f.fingerprintOf(p.Spec.NodeName))
+		fp, counted := f.podsOn(p.Spec.NodeName)
+		f.c.confirm(p.Spec.NodeName, fp, counted)
 	}
 }
 
@@ -267,7 +269,7 @@ func (f *informerFeed) update(obj interface{}) {
 	o, err := nrt.Decode(u)
 	if err != nil {
 		klog.InfoS("NodeResourceTopology cannot be read; the node counts as topology unknown", "node", u.GetName(), "err", err)
-		c.set(u.GetName(), u.GetResourceVersion(), nil, err, false)
+		c.set(u.GetName(), u.GetResourceVersion(), nil, err, nil)
 		return
 	}
 	f.observe(o)
@@ -283,15 +285,23 @@ func (f *informerFeed) observe(o *v1alpha2.NodeResourceTopology) {
 	if err != nil {
 		klog.InfoS("NodeResourceTopology cannot be read; the node counts as topology unknown", "node", o.Name, "err", err)
 	}
-	confirmed := compiled != nil && compiled.Fingerprint != "" && f.pods != nil && compiled.Fingerprint == f.fingerprintOf(o.Name)
-	c.set(o.Name, o.ResourceVersion, compiled, err, confirmed)
+	var counted map[types.UID]bool
+	if compiled != nil && compiled.Fingerprint != "" && f.pods != nil {
+		if fp, pods := f.podsOn(o.Name); fp == compiled.Fingerprint {
+			counted = pods
+		}
+	}
+	c.set(o.Name, o.ResourceVersion, compiled, err, counted)
 }
 
-// fingerprintOf computes the pod-set fingerprint of the pods the scheduler
-// sees on a node, as the exporter does from the kubelet's list.
-func (f *informerFeed) fingerprintOf(node string) string {
+// podsOn is the set of pods the scheduler sees on a node: its pod-set
+// fingerprint, as the exporter computes it from the kubelet's list, and
+// the pods' UIDs. An object with that fingerprint counts those pods, and
+// only those: a pod this scheduler reserved and has not yet seen bound is
+// not among them.
+func (f *informerFeed) podsOn(node string) (string, map[types.UID]bool) {
 	if f.pods == nil {
-		return ""
+		return "", nil
 	}
 	objs, err := f.pods.ByIndex(nodeNameIndex, node)
 	if err != nil {
@@ -303,12 +313,14 @@ func (f *informerFeed) fingerprintOf(node string) string {
 		}
 	}
 	fp := podfingerprint.NewFingerprint(len(objs))
+	uids := make(map[types.UID]bool, len(objs))
 	for _, o := range objs {
 		p, ok := o.(*v1.Pod)
 		if !ok || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
 			continue
 		}
 		_ = fp.Add(p.Namespace, p.Name)
+		uids[p.UID] = true
 	}
-	return fp.Sign()
+	return fp.Sign(), uids
 }

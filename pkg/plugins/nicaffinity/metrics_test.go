@@ -85,11 +85,11 @@ func TestTopologyAndReservationMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.set("m", "", c, nil, false)
+	st.set("m", "", c, nil, nil)
 	if gauge(t, stateUsable) != usable+1 {
 		t.Errorf("usable after an object: %v, want %v", gauge(t, stateUsable), usable+1)
 	}
-	st.set("m", "", nil, errors.New("garbled"), false)
+	st.set("m", "", nil, errors.New("garbled"), nil)
 	if gauge(t, stateUsable) != usable || gauge(t, stateUnreadable) != unreadable+1 {
 		t.Errorf("after a garbled object: usable %v unreadable %v", gauge(t, stateUsable), gauge(t, stateUnreadable))
 	}
@@ -97,7 +97,7 @@ func TestTopologyAndReservationMetrics(t *testing.T) {
 	if gauge(t, stateUnreadable) != unreadable {
 		t.Errorf("after removal: unreadable %v, want %v", gauge(t, stateUnreadable), unreadable)
 	}
-	st.set("m", "", c, nil, false)
+	st.set("m", "", c, nil, nil)
 	st.Reserve("m", "a", 1, nil)
 	st.Reserve("m", "b", 2, nil)
 	if v, _ := testutil.GetGaugeMetricValue(reservations.WithLabelValues(testProfile)); v != 2 {
@@ -123,9 +123,9 @@ func TestMetricsPerProfile(t *testing.T) {
 	}
 	a, b := newCache(storeConfig{gpuResource: "nvidia.com/gpu", profile: "profile-a"}), newCache(storeConfig{gpuResource: "nvidia.com/gpu", profile: "profile-b"})
 	beforeA, beforeB := profileGauge(t, "profile-a", stateUsable), profileGauge(t, "profile-b", stateUsable)
-	a.set("m", "", c, nil, false)
-	a.set("n", "", c, nil, false)
-	b.set("m", "", c, nil, false)
+	a.set("m", "", c, nil, nil)
+	a.set("n", "", c, nil, nil)
+	b.set("m", "", c, nil, nil)
 	if ga, gb := profileGauge(t, "profile-a", stateUsable)-beforeA, profileGauge(t, "profile-b", stateUsable)-beforeB; ga != 2 || gb != 1 {
 		t.Errorf("usable nodes: profile-a %v, profile-b %v; want 2 and 1", ga, gb)
 	}

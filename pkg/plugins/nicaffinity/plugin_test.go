@@ -786,7 +786,7 @@ func TestRemoveFreesTheEntry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st.set(node, "", c, nil, false)
+		st.set(node, "", c, nil, nil)
 		st.Reserve(node, types.UID(node+"-pod"), 1, nil)
 		st.remove(node)
 		st.remove(node) // twice: a Node and its object both go
@@ -995,6 +995,41 @@ func TestWholeNodeRDMAScore(t *testing.T) {
 	}
 }
 
+// TestConfirmKeepsPodsNotYetBound: binding is asynchronous, so a pod this
+// scheduler reserved may not be bound yet, in the scheduler's pod informer
+// or in the kubelet's list, when the node's exporter writes. That object
+// matches the pods the scheduler sees on the node and still does not count
+// the reserved pod: its reservation stays, or the next pod is planned on
+// its GPUs (the real kubelet's burst found this: two plans on one GPU).
+func TestConfirmKeepsPodsNotYetBound(t *testing.T) {
+	_, st := newTestPlugin(t, nil, handNRT("n", 0, 1, 2, 3))
+	pods := podsByNode()
+	feed := &informerFeed{c: st, pods: pods, schedulerName: testProfile}
+	bound := makePod("p", 1, nil)
+	bound.UID, bound.Spec.NodeName, bound.Status.Phase = "uid-p", "n", v1.PodRunning
+	if err := pods.Add(bound); err != nil {
+		t.Fatal(err)
+	}
+	st.Reserve("n", "uid-p", nrt.GPUSet(0b0001), nil) // bound, seen
+	st.Reserve("n", "uid-q", nrt.GPUSet(0b0110), nil) // reserved, not yet seen bound
+	// The exporter counts p (GPU 0 in use) and not q.
+	o := handNRT("n", 1, 2, 3)
+	o.ResourceVersion = "2"
+	o.Attributes = append(o.Attributes, v1alpha2.AttributeInfo{Name: podfingerprint.Attribute, Value: nrt.Fingerprint([]devices.Pod{{Namespace: "default", Name: "p"}})})
+	feed.observe(o)
+	v, _ := st.View("n")
+	if got, want := v.free, nrt.GPUSet(0b1000); got != want {
+		t.Errorf("free GPUs %04b, want %04b (q's reservation kept, p's confirmed)", got, want)
+	}
+	if st.holds("uid-p") || !st.holds("uid-q") {
+		t.Errorf("holds p %v, q %v; want p confirmed and q held", st.holds("uid-p"), st.holds("uid-q"))
+	}
+	feed.recheck(bound) // a pod event: the same set, q still not among it
+	if !st.holds("uid-q") {
+		t.Errorf("a recheck dropped q's reservation")
+	}
+}
+
 // TestRecheckConfirmsOnPodEvents: a node's object and the scheduler's pod
 // events come on different informers. When the object that counts a
 // reserved pod arrives before the scheduler sees the pod bound, the
@@ -1003,12 +1038,7 @@ func TestWholeNodeRDMAScore(t *testing.T) {
 // next write.
 func TestRecheckConfirmsOnPodEvents(t *testing.T) {
 	_, st := newTestPlugin(t, nil, handNRT("n", 0, 1, 2, 3))
-	pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{nodeNameIndex: func(obj interface{}) ([]string, error) {
-		if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" {
-			return []string{p.Spec.NodeName}, nil
-		}
-		return nil, nil
-	}})
+	pods := podsByNode()
 	feed := &informerFeed{c: st, pods: pods, schedulerName: testProfile}
 	st.Reserve("n", "uid-p", nrt.GPUSet(0b0011), nil) // planned: GPUs 0 and 1
 	// The device plugin gave the pod GPUs 2 and 3; the object says so and
@@ -1036,4 +1066,14 @@ func TestRecheckConfirmsOnPodEvents(t *testing.T) {
 	if st.holds("uid-p") {
 		t.Errorf("the reservation is still held")
 	}
+}
+
+// podsByNode is a pod store indexed by node name, as the informer edge's.
+func podsByNode() cache.Indexer {
+	return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{nodeNameIndex: func(obj interface{}) ([]string, error) {
+		if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}, nil
+		}
+		return nil, nil
+	}})
 }
