@@ -995,9 +995,9 @@ func TestWholeNodeRDMAScore(t *testing.T) {
 	}
 }
 
-// TestConfirmKeepsPodsNotYetBound: binding is asynchronous, so a pod this
-// scheduler reserved may not be bound yet, in the scheduler's pod informer
-// or in the kubelet's list, when the node's exporter writes. That object
+// TestConfirmKeepsPodsNotYetBound: a pod this scheduler reserved may not be
+// bound yet when the node's exporter writes: binding is asynchronous, and a
+// pod group's member waits at Permit until its whole group is placed. That object
 // matches the pods the scheduler sees on the node and still does not count
 // the reserved pod: its reservation stays, or the next pod is planned on
 // its GPUs (the real kubelet's burst found this: two plans on one GPU).
