@@ -136,6 +136,7 @@ fuzz:
 	  ./pkg/topology/ncclxml:FuzzParse \
 	  ./pkg/topology/sysfs:FuzzReadAttributes \
 	  ./pkg/podresources:FuzzFromResponses \
+	  ./pkg/request:FuzzRead \
 	  ./pkg/annotations:FuzzParseAllocation \
 	  ./pkg/annotations:FuzzParseObserved \
 	  ./pkg/annotations:FuzzParseMaxLevel \

@@ -89,7 +89,7 @@ func ParseAllocation(s string) (Allocation, error) {
 	dec := json.NewDecoder(strings.NewReader(s))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&a); err != nil {
-		return a, fmt.Errorf("annotation %s: %w", AllocationKey, err)
+		return a, decodeError(AllocationKey, err)
 	}
 	if a.Node == "" {
 		return a, fmt.Errorf("annotation %s: no node", AllocationKey)
@@ -110,7 +110,7 @@ func ParseAllocation(s string) (Allocation, error) {
 		seen := make(map[string]bool, len(list))
 		for i, d := range list {
 			if d != "" && seen[d] {
-				return a, fmt.Errorf("annotation %s: %s[%d]: %q appears twice", AllocationKey, field, i, d)
+				return a, fmt.Errorf("annotation %s: %s[%d]: %.64q appears twice", AllocationKey, field, i, d)
 			}
 			seen[d] = true
 		}
@@ -131,13 +131,27 @@ func ParseAllocation(s string) (Allocation, error) {
 	return a, nil
 }
 
+// maxDecodeError bounds a JSON decoding error's text: encoding/json quotes
+// an unknown field's name whole, and these errors reach Events and logs.
+const maxDecodeError = 160
+
+// decodeError is the JSON decoding error err of the annotation key, cut to
+// maxDecodeError bytes.
+func decodeError(key string, err error) error {
+	msg := err.Error()
+	if len(msg) > maxDecodeError {
+		msg = strings.ToValidUTF8(msg[:maxDecodeError], "") + "..."
+	}
+	return fmt.Errorf("annotation %s: %s", key, msg)
+}
+
 // ParseObserved reads an Observed annotation value.
 func ParseObserved(s string) (Observed, error) {
 	var o Observed
 	dec := json.NewDecoder(strings.NewReader(s))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&o); err != nil {
-		return o, fmt.Errorf("annotation %s: %w", ObservedKey, err)
+		return o, decodeError(ObservedKey, err)
 	}
 	for i, g := range o.GPUs {
 		n, err := topology.NormalizeBusID(g.BusID)
@@ -159,7 +173,7 @@ func ParseObserved(s string) (Observed, error) {
 	switch o.Plan {
 	case "matched", "differs", "none":
 	default:
-		return o, fmt.Errorf("annotation %s: plan %q: want matched, differs or none", ObservedKey, o.Plan)
+		return o, fmt.Errorf("annotation %s: plan %.64q: want matched, differs or none", ObservedKey, o.Plan)
 	}
 	return o, nil
 }
@@ -168,7 +182,7 @@ func ParseObserved(s string) (Observed, error) {
 func ParseMaxLevel(s string) (topology.Level, error) {
 	l, err := topology.ParseLevel(strings.ToUpper(strings.TrimSpace(s)))
 	if err != nil || l < topology.LevelPIX {
-		return 0, fmt.Errorf("annotation %s=%q: want one of PIX, PXB, P2C, PHB, NODE, SYS", MaxLevel, s)
+		return 0, fmt.Errorf("annotation %s=%.64q: want one of PIX, PXB, P2C, PHB, NODE, SYS", MaxLevel, s)
 	}
 	return l, nil
 }
@@ -179,7 +193,7 @@ func ParsePolicy(s string) (string, error) {
 	case PolicyRequired, PolicyPreferred:
 		return p, nil
 	}
-	return "", fmt.Errorf("annotation %s=%q: want required or preferred", Policy, s)
+	return "", fmt.Errorf("annotation %s=%.64q: want required or preferred", Policy, s)
 }
 
 // ParseRails reads a rails annotation value.

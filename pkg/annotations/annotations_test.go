@@ -95,11 +95,20 @@ func TestParseRequestAnnotations(t *testing.T) {
 	}
 }
 
+// maxErrLen bounds a parse error's text: annotations are written by others
+// and can be 256 KiB, and the errors reach Events and logs.
+const maxErrLen = 512
+
 func FuzzParseAllocation(f *testing.F) {
 	f.Add(`{"node":"n1","gpus":["0000:1a:00.0"],"nics":["mlx5_0"],"level":"PIX","nrtGeneration":3}`)
+	f.Add(`{"` + strings.Repeat("x", 1000) + `":1}`)
+	f.Add(`{"node":"n1","gpus":["` + strings.Repeat("1", 1000) + `"],"nics":["` + strings.Repeat("m", 900) + `","` + strings.Repeat("m", 900) + `"]}`)
 	f.Fuzz(func(t *testing.T, s string) {
 		a, err := ParseAllocation(s)
 		if err != nil {
+			if len(err.Error()) > maxErrLen {
+				t.Fatalf("an error of %d bytes: %.200s", len(err.Error()), err)
+			}
 			return
 		}
 		back, err := ParseAllocation(Marshal(a))
@@ -114,9 +123,13 @@ func FuzzParseAllocation(f *testing.F) {
 
 func FuzzParseObserved(f *testing.F) {
 	f.Add(`{"gpus":[{"busID":"0000:1a:00.0","nic":"mlx5_0","level":"PIX"}],"level":"PIX","aligned":true,"plan":"matched"}`)
+	f.Add(`{"level":"` + strings.Repeat("P", 1000) + `","plan":"` + strings.Repeat("m", 1000) + `"}`)
 	f.Fuzz(func(t *testing.T, s string) {
 		o, err := ParseObserved(s)
 		if err != nil {
+			if len(err.Error()) > maxErrLen {
+				t.Fatalf("an error of %d bytes: %.200s", len(err.Error()), err)
+			}
 			return
 		}
 		back, err := ParseObserved(Marshal(o))
@@ -134,6 +147,8 @@ func FuzzParseMaxLevel(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		if l, err := ParseMaxLevel(s); err == nil && (l < topology.LevelPIX || l > topology.LevelSYS) {
 			t.Fatalf("%q accepted as %v", s, l)
+		} else if err != nil && len(err.Error()) > maxErrLen {
+			t.Fatalf("an error of %d bytes: %.200s", len(err.Error()), err)
 		}
 	})
 }

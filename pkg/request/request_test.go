@@ -207,3 +207,74 @@ func jobPod(p *v1.Pod) *v1.Pod {
 	p.Labels = map[string]string{"batch.kubernetes.io/job-name": "train"}
 	return p
 }
+
+// maxErrLen bounds what Read's error may carry: a tenant writes the pod,
+// and the error goes into the scheduler's status, Events and logs, so a
+// 256 KiB annotation must not come back whole.
+const maxErrLen = 512
+
+// FuzzRead: whatever a tenant writes in a pod's annotations, job labels,
+// PodGroup name, NCCL environment and GPU request, Read does not panic,
+// answers the same twice, keeps its answer inside the request's domain,
+// and names a refused input in a bounded message.
+func FuzzRead(f *testing.F) {
+	f.Add("PXB", "required", "preferred", "true", "train", "js", "workers", "PHB", "0", int64(2))
+	f.Add("close", "always", "spine", "yes", "v\n", "", "", "LOC", "0x0", int64(1))
+	f.Add(strings.Repeat("P", 300), strings.Repeat("r", 300), strings.Repeat("x", 300), "", strings.Repeat("g", 400), "a", "b", "9999999999999999999999", "-0", int64(1<<40))
+	cfg := Default([]string{sriov})
+	f.Fuzz(func(t *testing.T, level, policy, rails, rdma, group, jobset, replicated, ncclLevel, c2c string, gpus int64) {
+		ann := map[string]string{}
+		for k, v := range map[string]string{annotations.MaxLevel: level, annotations.Policy: policy, annotations.Rails: rails, annotations.RDMA: rdma} {
+			if v != "" {
+				ann[k] = v
+			}
+		}
+		c := container("rdma/hca", "1")
+		c.Resources.Limits["nvidia.com/gpu"] = *resource.NewQuantity(gpus, resource.DecimalSI)
+		c.Resources.Requests["nvidia.com/gpu"] = *resource.NewQuantity(gpus, resource.DecimalSI)
+		c.Env = []v1.EnvVar{{Name: EnvGDRLevel, Value: ncclLevel}, {Name: EnvGDRC2C, Value: c2c}}
+		p := pod(ann, nil, c)
+		p.Namespace = "ns"
+		p.Labels = map[string]string{JobSetLabel: jobset, JobSetReplicatedJobLabel: replicated}
+		if group != "" {
+			p.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: &group}
+		}
+		r, ok, err := Read(p, cfg)
+		r2, ok2, err2 := Read(p, cfg)
+		if ok != ok2 || (err == nil) != (err2 == nil) || !cmp.Equal(r, r2) {
+			t.Fatalf("two reads differ: %+v %v %v, then %+v %v %v", r, ok, err, r2, ok2, err2)
+		}
+		if err != nil {
+			if ok || len(err.Error()) > maxErrLen {
+				t.Fatalf("ok %v with an error of %d bytes: %.200s", ok, len(err.Error()), err)
+			}
+			return
+		}
+		if !ok {
+			if gpus > 0 {
+				t.Fatalf("a pod asking for %d GPUs read as asking for none", gpus)
+			}
+			return
+		}
+		if int64(r.GPUs) != gpus || !r.RDMA {
+			t.Fatalf("GPUs %d, RDMA %v; want %d and RDMA", r.GPUs, r.RDMA, gpus)
+		}
+		if r.MaxLevel < topology.LevelPIX || r.MaxLevel > topology.LevelSYS {
+			t.Fatalf("level %v outside PIX..SYS", r.MaxLevel)
+		}
+		switch r.Rails {
+		case annotations.PolicyRequired, annotations.PolicyPreferred, annotations.PolicyIgnore:
+		default:
+			t.Fatalf("rails %q", r.Rails)
+		}
+		if len(r.Job.Name) > maxJobName || strings.ContainsFunc(r.Job.Name, func(c rune) bool { return c < 0x20 || c == 0x7f }) {
+			t.Fatalf("job name %.80q admitted", r.Job.Name)
+		}
+		if r.Job.Name != "" && r.Job.Namespace != "ns" {
+			t.Fatalf("job %+v outside the pod's namespace", r.Job)
+		}
+		if len(r.NCCL) > len(EnvGDRLevel)+1+maxEnvValue {
+			t.Fatalf("NCCL source of %d bytes", len(r.NCCL))
+		}
+	})
+}

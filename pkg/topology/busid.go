@@ -18,18 +18,18 @@ func NormalizeBusID(s string) (string, error) {
 	case 3:
 		domain, bus, devfn = parts[0], parts[1], parts[2]
 	default:
-		return "", fmt.Errorf("PCI address %q: want [domain:]bus:device.function", s)
+		return "", fmt.Errorf("PCI address %.64q: want [domain:]bus:device.function", s)
 	}
 	dev, fn, ok := strings.Cut(devfn, ".")
 	if !ok {
-		return "", fmt.Errorf("PCI address %q: want [domain:]bus:device.function", s)
+		return "", fmt.Errorf("PCI address %.64q: want [domain:]bus:device.function", s)
 	}
 	d, err1 := strconv.ParseUint(domain, 16, 32)
 	b, err2 := strconv.ParseUint(bus, 16, 8)
 	v, err3 := strconv.ParseUint(dev, 16, 8)
 	f, err4 := strconv.ParseUint(fn, 16, 8)
 	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || len(bus) > 2 || len(dev) > 2 || len(fn) != 1 || len(domain) > 8 || v > 0x1f || f > 7 {
-		return "", fmt.Errorf("PCI address %q: want [domain:]bus:device.function in hex", s)
+		return "", fmt.Errorf("PCI address %.64q: want [domain:]bus:device.function in hex", s)
 	}
 	return fmt.Sprintf("%04x:%02x:%02x.%x", d, b, v, f), nil
 }

@@ -98,7 +98,7 @@ func ParseLink(s string) (Link, error) {
 		}
 		n, err := strconv.Atoi(rest)
 		if err != nil || n <= 0 {
-			return Link{}, fmt.Errorf("topology level %q: NVLink count must be a positive number", s)
+			return Link{}, fmt.Errorf("topology level %.64q: NVLink count must be a positive number", s)
 		}
 		return Link{Level: LevelNV, NVLinks: n}, nil
 	}
@@ -107,7 +107,7 @@ func ParseLink(s string) (Link, error) {
 			return Link{Level: Level(l)}, nil
 		}
 	}
-	return Link{}, fmt.Errorf("topology level %q: want one of X, NV#, PIX, PXB, PHB, NODE, SYS", s)
+	return Link{}, fmt.Errorf("topology level %.64q: want one of X, NV#, PIX, PXB, PHB, NODE, SYS", s)
 }
 
 // MarshalText writes the nvidia-smi spelling, so JSON carries "PIX", "NV18".

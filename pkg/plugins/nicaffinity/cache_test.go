@@ -119,7 +119,7 @@ func TestStoreLifecycle(t *testing.T) {
 		t.Errorf("after forgetPod: free %b, index %v", v.free, st.podNode)
 	}
 	st.Reserve("n", "pod-b", 2, nil)
-	st.Reserve("n", "pod-c", 4, nil) // reserved, not yet seen bound
+	st.Reserve("n", "pod-c", 4, nil)                           // reserved, not yet seen bound
 	st.set("n", "", c, nil, map[types.UID]bool{"pod-b": true}) // the object counts pod-b now
 	if v, _ := st.View("n"); v.free != c.Free&^4 || !v.stale || len(st.podNode) != 1 {
 		t.Errorf("after an object that counts pod-b: free %b, stale %v, index %v; want pod-c still held", v.free, v.stale, st.podNode)
