@@ -337,7 +337,7 @@ func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequ
 	if old == nil && len(p.fronts) >= p.cfg.MaxFronts {
 		p.mu.Unlock()
 		p.metrics.Registrations.WithLabelValues("vendor", "over-cap").Inc()
-		err := fmt.Errorf("resource %q: the proxy already fronts %d resources, its limit (--max-fronts)", req.ResourceName, p.cfg.MaxFronts)
+		err := fmt.Errorf("resource %.64q: the proxy already fronts %d resources, its limit (--max-fronts)", req.ResourceName, p.cfg.MaxFronts)
 		klog.ErrorS(err, "Refused a vendor registration", "resource", req.ResourceName, "endpoint", req.Endpoint)
 		if p.recorder != nil && p.cfg.NodeName != "" {
 			ref := &corev1.ObjectReference{Kind: "Node", Name: p.cfg.NodeName, UID: types.UID(p.cfg.NodeName)}
@@ -389,11 +389,11 @@ const maxName = 253
 func validRegistration(req *pluginapi.RegisterRequest) error {
 	switch {
 	case req.GetVersion() != pluginapi.Version:
-		return fmt.Errorf("device plugin API version %q: the proxy speaks %s", req.GetVersion(), pluginapi.Version)
+		return fmt.Errorf("device plugin API version %.64q: the proxy speaks %s", req.GetVersion(), pluginapi.Version)
 	case len(req.GetResourceName()) > maxName || !v1helper.IsExtendedResourceName(corev1.ResourceName(req.GetResourceName())):
-		return fmt.Errorf("resource name %q: not an extended resource name (<domain>/<name>, at most %d bytes, outside kubernetes.io)", req.GetResourceName(), maxName)
+		return fmt.Errorf("resource name %.64q: not an extended resource name (<domain>/<name>, at most %d bytes, outside kubernetes.io)", req.GetResourceName(), maxName)
 	case req.GetEndpoint() == "" || len(req.GetEndpoint()) > maxName || req.GetEndpoint() != filepath.Base(req.GetEndpoint()) || strings.HasPrefix(req.GetEndpoint(), "."):
-		return fmt.Errorf("endpoint %q: want a socket file name in the plugin directory", req.GetEndpoint())
+		return fmt.Errorf("endpoint %.64q: want a socket file name in the plugin directory", req.GetEndpoint())
 	}
 	return nil
 }

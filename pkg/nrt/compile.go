@@ -203,7 +203,7 @@ func (c *Compiled) readAttributes(obj *v1alpha2.NodeResourceTopology) error {
 		case AttrHeartbeat:
 			t, err := time.Parse(time.RFC3339, a.Value)
 			if err != nil {
-				return fmt.Errorf("attribute %s: %q is not an RFC 3339 time", AttrHeartbeat, a.Value)
+				return fmt.Errorf("attribute %s: %q is not an RFC 3339 time", AttrHeartbeat, truncate(a.Value, 64))
 			}
 			c.Heartbeat = t
 		}
@@ -214,7 +214,7 @@ func (c *Compiled) readAttributes(obj *v1alpha2.NodeResourceTopology) error {
 		}
 	}
 	if !slices.Contains(SchemaVersions, schema) {
-		return fmt.Errorf("attribute %s is %q, want one of %s (not published by a nicaffinity exporter this plugin knows)", AttrSchema, schema, strings.Join(SchemaVersions, ", "))
+		return fmt.Errorf("attribute %s is %q, want one of %s (not published by a nicaffinity exporter this plugin knows)", AttrSchema, truncate(schema, 64), strings.Join(SchemaVersions, ", "))
 	}
 	c.HostBlock = topology.HostBlockOf(peerMem, dmaBuf)
 	return nil

@@ -97,7 +97,7 @@ func ParseNCCLLevel(s string) (NCCLPath, error) {
 		}
 		return ncclOldLevels[n], nil
 	}
-	return 0, fmt.Errorf("NCCL level %q: want one of LOC, NVL, NVB, C2C, PIX, PXB, P2C, PXN, PHB, SYS or a number 0-5", s)
+	return 0, fmt.Errorf("NCCL level %.64q: want one of LOC, NVL, NVB, C2C, PIX, PXB, P2C, PXN, PHB, SYS or a number 0-5", s)
 }
 
 // NCCLRule is what decides NCCL's GPUDirect RDMA cut-off: the environment a
