@@ -526,6 +526,41 @@ func count(zone string, r v1alpha2.ResourceInfo) (int64, error) {
 
 var maxCount = resource.NewQuantity(MaxCount, resource.DecimalSI)
 
+// checkNames holds the strings of zone z that errors may quote (its type,
+// parent, cost, resource and attribute names) to MaxNameLen, as Decode
+// does, and its attribute values to MaxValueLen: an error names at most a
+// few of them, so its length stays bounded whatever the object holds.
+func checkNames(z *v1alpha2.Zone) error {
+	long := func(field, s string) error {
+		return fmt.Errorf("zone %s: %s of %d bytes, at most %d", z.Name, field, len(s), MaxNameLen)
+	}
+	switch {
+	case len(z.Type) > MaxNameLen:
+		return long("type", z.Type)
+	case len(z.Parent) > MaxNameLen:
+		return long("parent", z.Parent)
+	}
+	for _, c := range z.Costs {
+		if len(c.Name) > MaxNameLen {
+			return long("cost name", c.Name)
+		}
+	}
+	for _, r := range z.Resources {
+		if len(r.Name) > MaxNameLen {
+			return long("resource name", r.Name)
+		}
+	}
+	for _, a := range z.Attributes {
+		if len(a.Name) > MaxNameLen {
+			return long("attribute name", a.Name)
+		}
+		if len(a.Value) > MaxValueLen {
+			return fmt.Errorf("zone %s: attribute %.64s: value of %d bytes, at most %d", z.Name, a.Name, len(a.Value), MaxValueLen)
+		}
+	}
+	return nil
+}
+
 // checkSizes holds a typed object to the caps Decode checks on the
 // unstructured form (objects reach Compile from other paths too: tools,
 // tests, the simulator).
@@ -547,10 +582,8 @@ func checkSizes(obj *v1alpha2.NodeResourceTopology) error {
 			return fmt.Errorf("zone %s: %d attributes, at most %d", z.Name, len(z.Attributes), MaxAttributesPerZone)
 		}
 		attrs, costs, resources = attrs+len(z.Attributes), costs+len(z.Costs), resources+len(z.Resources)
-		for _, a := range z.Attributes {
-			if len(a.Value) > MaxValueLen {
-				return fmt.Errorf("zone %s: attribute %.64s: value of %d bytes, at most %d", z.Name, a.Name, len(a.Value), MaxValueLen)
-			}
+		if err := checkNames(z); err != nil {
+			return err
 		}
 	}
 	switch {
@@ -576,8 +609,8 @@ func OtherManagers(obj *v1alpha2.NodeResourceTopology) []string {
 	return slices.Sorted(maps.Keys(seen))
 }
 
-// QuoteManagers names up to three field managers, quoted: a reason is read
-// by people.
+// QuoteManagers names up to three field managers, quoted and each cut at 64
+// bytes: a reason is read by people, and a name reaches it from the object.
 func QuoteManagers(names []string) string {
 	var q []string
 	for i, n := range names {
@@ -585,7 +618,7 @@ func QuoteManagers(names []string) string {
 			q = append(q, fmt.Sprintf("%d more", len(names)-3))
 			break
 		}
-		q = append(q, strconv.Quote(n))
+		q = append(q, strconv.Quote(truncate(n, 64)))
 	}
 	return strings.Join(q, ", ")
 }

@@ -100,6 +100,10 @@ func zoneNamed(o *v1alpha2.NodeResourceTopology, name string) *v1alpha2.Zone {
 	panic("no zone " + name)
 }
 
+// maxErrLen bounds a Compile error: two names of MaxNameLen bytes, one
+// quoted (every byte escaped at worst), and the text around them.
+const maxErrLen = 2048
+
 // FuzzCompile decodes arbitrary JSON as an NRT object and compiles it: errors
 // are fine, panics are not, and what compiles is consistent.
 func FuzzCompile(f *testing.F) {
@@ -117,6 +121,7 @@ func FuzzCompile(f *testing.F) {
 	}
 	f.Add(string(b))
 	f.Add(`{"metadata":{"name":"n"},"attributes":[{"name":"nicaffinity.io/schema","value":"1"}],"zones":[{"name":"gpu-0","type":"GPU","parent":"p"},{"name":"p","type":"PCIeSwitch"}]}`)
+	f.Add(`{"metadata":{"name":"n"},"attributes":[{"name":"nicaffinity.io/schema","value":"1"}],"zones":[{"name":"gpu-0","type":"GPU","parent":"` + strings.Repeat("\\u00ff", 1500) + `"}]}`)
 	f.Fuzz(func(t *testing.T, doc string) {
 		var obj v1alpha2.NodeResourceTopology
 		if json.Unmarshal([]byte(doc), &obj) != nil {
@@ -124,6 +129,12 @@ func FuzzCompile(f *testing.F) {
 		}
 		c, err := Compile(&obj, "nvidia.com/gpu")
 		if err != nil {
+			// The error becomes a node's topology-unknown reason (logs,
+			// metrics' reasons, the doctor's report): it quotes a few
+			// names of at most MaxNameLen bytes each, never the object.
+			if len(err.Error()) > maxErrLen {
+				t.Fatalf("error of %d bytes, at most %d: %.200s...", len(err.Error()), maxErrLen, err)
+			}
 			return
 		}
 		if c.Free&^(GPUSet(1)<<len(c.GPUs)-1) != 0 || c.Free&^c.Healthy != 0 {

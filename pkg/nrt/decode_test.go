@@ -262,6 +262,21 @@ func TestCompileSizeCaps(t *testing.T) {
 		{"an attribute value too long", func(o *v1alpha2.NodeResourceTopology) {
 			o.Zones[2].Attributes[0].Value = strings.Repeat("v", nrt.MaxValueLen+1)
 		}, "value of 2049 bytes"},
+		{"a parent name too long", func(o *v1alpha2.NodeResourceTopology) {
+			o.Zones[2].Parent = strings.Repeat("\xff", 1<<20)
+		}, "zone gpu-0: parent of 1048576 bytes, at most 253"},
+		{"a cost name too long", func(o *v1alpha2.NodeResourceTopology) {
+			o.Zones[2].Costs[0].Name = strings.Repeat("c", nrt.MaxNameLen+1)
+		}, "zone gpu-0: cost name of 254 bytes"},
+		{"a resource name too long", func(o *v1alpha2.NodeResourceTopology) {
+			o.Zones[2].Resources[0].Name = strings.Repeat("r", nrt.MaxNameLen+1)
+		}, "zone gpu-0: resource name of 254 bytes"},
+		{"an attribute name too long", func(o *v1alpha2.NodeResourceTopology) {
+			o.Zones[2].Attributes[0].Name = strings.Repeat("a", nrt.MaxNameLen+1)
+		}, "zone gpu-0: attribute name of 254 bytes"},
+		{"a type too long", func(o *v1alpha2.NodeResourceTopology) {
+			o.Zones[2].Type = strings.Repeat("t", nrt.MaxNameLen+1)
+		}, "zone gpu-0: type of 254 bytes"},
 		{"a resource over the total", func(o *v1alpha2.NodeResourceTopology) {
 			o.Zones[len(o.Zones)-1].Resources = append(o.Zones[len(o.Zones)-1].Resources, nrttest.Res("x", 1, 1))
 		}, "1025 resources in all"},
@@ -269,7 +284,7 @@ func TestCompileSizeCaps(t *testing.T) {
 		o := nrttest.Largest("big")
 		tc.mutate(o)
 		if _, err := nrt.Compile(o, "nvidia.com/gpu"); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+			t.Errorf("%s: %.200v, want %q", tc.name, err, tc.want)
 		}
 	}
 }
