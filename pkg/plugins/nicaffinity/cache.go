@@ -88,8 +88,17 @@ type nodeEntry struct {
 	compiled *nrt.Compiled
 	err      string
 	reserved map[types.UID]reservation
-	// expires is when the oldest reservation runs out (zero: none), kept by
-	// rebuild so the sweep checks one time per node.
+	// released are the GPUs of pods that ended (deleted, or Succeeded or
+	// Failed) while the object still showed them in use, as the exporter
+	// observed them: the view counts them free until the node's next
+	// object, which the exporter writes within its debounce of the pod's
+	// end, so that the scheduler's books (which free them at once) and
+	// the view agree in between. Only the object of version releasedRV
+	// is bridged: any newer version drops them.
+	released   map[types.UID]reservation
+	releasedRV string
+	// expires is when the oldest reservation or release runs out (zero:
+	// none), kept by rebuild so the sweep checks one time per node.
 	expires time.Time
 	// view is the published view, counted in the spread.
 	view *nodeView
@@ -196,6 +205,12 @@ func (c *Cache) expireDue() {
 				delete(c.podNode, uid)
 			}
 		}
+		for uid, r := range e.released {
+			if now.Sub(r.at) > c.timeout {
+				klog.InfoS("Counting an ended pod's GPUs in use again: no new NodeResourceTopology came", "node", node, "pod", uid, "age", now.Sub(r.at))
+				delete(e.released, uid)
+			}
+		}
 		c.rebuild(node)
 	}
 }
@@ -241,14 +256,22 @@ func (c *Cache) set(node, rv string, compiled *nrt.Compiled, err error, counted 
 	if rv == "" || rv != e.rv || e.received.IsZero() {
 		e.rv, e.received = rv, now
 	}
+	if rv == "" || rv != e.releasedRV {
+		e.released = nil // a newer object: it counts the ended pods or not, as it is
+	}
 	e.outdated = c.outdated(e, now)
 	c.dropCounted(e, counted)
 	c.rebuild(node)
 }
 
-// dropCounted drops the reservations of the pods an object counts. The
-// caller holds mu and rebuilds the node.
+// dropCounted drops the reservations of the pods an object counts, and
+// with any counted set (the object counts the node's pods as the scheduler
+// sees them, so no ended pod) the releases. The caller holds mu and
+// rebuilds the node.
 func (c *Cache) dropCounted(e *nodeEntry, counted map[types.UID]bool) {
+	if counted != nil {
+		e.released = nil
+	}
 	for uid := range e.reserved {
 		if counted[uid] {
 			delete(e.reserved, uid)
@@ -336,9 +359,11 @@ func (c *Cache) forgetPod(pod types.UID) {
 func (c *Cache) rebuild(node string) {
 	e := c.nodes[node]
 	e.expires = time.Time{}
-	for _, r := range e.reserved {
-		if at := r.at.Add(c.timeout); e.expires.IsZero() || at.Before(e.expires) {
-			e.expires = at
+	for _, held := range []map[types.UID]reservation{e.reserved, e.released} {
+		for _, r := range held {
+			if at := r.at.Add(c.timeout); e.expires.IsZero() || at.Before(e.expires) {
+				e.expires = at
+			}
 		}
 	}
 	v := &nodeView{}
@@ -402,6 +427,11 @@ func (c *Cache) compose(e *nodeEntry) *nodeView {
 			v.vfFree[res][n] = free
 		}
 	}
+	if e.releasedRV == comp.ResourceVersion {
+		for _, r := range e.released {
+			v.free |= r.gpus & comp.Healthy
+		}
+	}
 	for _, r := range e.reserved {
 		v.free &^= r.gpus
 		for n, byRes := range r.vfs {
@@ -416,6 +446,28 @@ func (c *Cache) compose(e *nodeEntry) *nodeView {
 		c.scoring.precompute(v)
 	}
 	return v
+}
+
+// release counts free, in node's view, the GPUs gpus of a pod that ended,
+// while the node's object is the version rv: the one the caller found not
+// to count the node's pods as the scheduler now sees them (so it may still
+// count the ended pod). Only GPUs that object shows in use are released;
+// a reservation still takes them back (compose frees, then reserves).
+func (c *Cache) release(node, rv string, pod types.UID, gpus nrt.GPUSet) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.nodes[node]
+	if !ok || e.compiled == nil || rv == "" || e.compiled.ResourceVersion != rv {
+		return // a newer object came meanwhile: it knows
+	}
+	if gpus &^= e.compiled.Free; gpus == 0 {
+		return
+	}
+	if e.releasedRV != rv || e.released == nil {
+		e.released, e.releasedRV = map[types.UID]reservation{}, rv
+	}
+	e.released[pod] = reservation{gpus: gpus, at: c.now()}
+	c.rebuild(node)
 }
 
 // holds reports whether the cache holds a reservation for pod.
@@ -459,12 +511,13 @@ func (c *Cache) adopt(node string, pod types.UID, busIDs []string, fingerprint s
 	c.rebuild(node)
 }
 
-// reserving reports whether the cache holds reservations on node.
+// reserving reports whether the cache holds reservations or releases on
+// node: what an object that counts the node's pods would confirm.
 func (c *Cache) reserving(node string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.nodes[node]
-	return ok && len(e.reserved) > 0
+	return ok && len(e.reserved)+len(e.released) > 0
 }
 
 // confirm drops the reservations of the pods in counted when node's
@@ -475,11 +528,11 @@ func (c *Cache) confirm(node, fingerprint string, counted map[types.UID]bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.nodes[node]
-	if !ok || e.compiled == nil || len(e.reserved) == 0 || e.compiled.Fingerprint == "" || e.compiled.Fingerprint != fingerprint {
+	if !ok || e.compiled == nil || len(e.reserved)+len(e.released) == 0 || e.compiled.Fingerprint == "" || e.compiled.Fingerprint != fingerprint {
 		return
 	}
-	n := len(e.reserved)
-	if c.dropCounted(e, counted); len(e.reserved) != n {
+	n := len(e.reserved) + len(e.released)
+	if c.dropCounted(e, counted); len(e.reserved)+len(e.released) != n {
 		c.rebuild(node)
 	}
 }

@@ -75,13 +75,8 @@ func newInformerFeed(ctx context.Context, h fwk.Handle, cfg storeConfig, reader 
 		// or another replica, holds what bound pods were planned to get
 		// until the node's object counts them.
 		AddFunc:    func(obj interface{}) { f.adoptPlan(obj); f.recheck(obj) },
-		UpdateFunc: func(_, obj interface{}) { f.adoptPlan(obj); f.recheck(obj) },
-		DeleteFunc: func(obj interface{}) {
-			if p, ok := deletedObject(obj).(*v1.Pod); ok {
-				c.forgetPod(p.UID)
-				f.recheck(p)
-			}
-		},
+		UpdateFunc: f.podUpdated,
+		DeleteFunc: f.podDeleted,
 	}); err != nil {
 		return nil, err
 	}
@@ -201,7 +196,7 @@ func (f *informerFeed) adoptPlan(obj interface{}) {
 	if !ok || p.Spec.NodeName == "" {
 		return
 	}
-	if p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+	if ended(p) {
 		f.c.jobs.drop(p.UID) // its rails are free for the job to leave
 		return
 	}
@@ -231,6 +226,70 @@ func (f *informerFeed) adoptPlan(obj interface{}) {
 	// this is where the store learns them).
 	if r, ok, err := podreq.Read(p, f.reader); err == nil && ok && r.FollowsRails() {
 		f.c.jobs.add(r.Job.Key(), p.UID, plan.Rails)
+	}
+}
+
+// ended: the pod's containers are done (Succeeded or Failed); the
+// scheduler's books and the exporter count it no more.
+func ended(p *v1.Pod) bool {
+	return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
+}
+
+// podUpdated takes a pod update: a plan to adopt, a pod that ended, an
+// object to confirm.
+func (f *informerFeed) podUpdated(old, obj interface{}) {
+	f.adoptPlan(obj)
+	if o, n := asPod(old), asPod(obj); o != nil && n != nil && !ended(o) && ended(n) {
+		f.release(n)
+	}
+	f.recheck(obj)
+}
+
+// podDeleted takes a pod deletion: its reservation and job rails go, and
+// its GPUs are released unless it ended before (and was released then).
+func (f *informerFeed) podDeleted(obj interface{}) {
+	p, ok := deletedObject(obj).(*v1.Pod)
+	if !ok {
+		return
+	}
+	f.c.forgetPod(p.UID)
+	if !ended(p) {
+		f.release(p)
+	}
+	f.recheck(p)
+}
+
+// asPod is obj as a pod, nil if it is none.
+func asPod(obj interface{}) *v1.Pod {
+	p, _ := obj.(*v1.Pod)
+	return p
+}
+
+// release bridges a pod's end: the scheduler's books free its GPUs at once,
+// the node's object when its exporter next writes (within its debounce).
+// While the object does not count the node's pods as the scheduler now
+// sees them (it may still count this one), the view counts the GPUs the
+// exporter observed the pod holding as free, until the node's next
+// object. p was deleted, or updated to Succeeded or Failed from a phase
+// that was neither.
+// Without an observation (a pod that never ran, or ran unobserved) nothing
+// is released: a plan is no proof of what the kubelet handed out.
+func (f *informerFeed) release(p *v1.Pod) {
+	if p.Spec.NodeName == "" || f.pods == nil {
+		return
+	}
+	if _, ok := p.Annotations[annotations.ObservedKey]; !ok {
+		return
+	}
+	v := f.c.view(p.Spec.NodeName)
+	if v == nil || v.c == nil || v.c.Fingerprint == "" {
+		return
+	}
+	if fp, _ := f.podsOn(p.Spec.NodeName); fp == v.c.Fingerprint {
+		return // the object already counts the pods without this one
+	}
+	if ids := observedGPUs(p); len(ids) > 0 {
+		f.c.release(p.Spec.NodeName, v.c.ResourceVersion, p.UID, busSet(v.c, ids))
 	}
 }
 
@@ -316,7 +375,7 @@ func (f *informerFeed) podsOn(node string) (string, map[types.UID]bool) {
 	uids := make(map[types.UID]bool, len(objs))
 	for _, o := range objs {
 		p, ok := o.(*v1.Pod)
-		if !ok || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+		if !ok || ended(p) {
 			continue
 		}
 		_ = fp.Add(p.Namespace, p.Name)

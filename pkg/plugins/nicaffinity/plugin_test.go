@@ -1068,6 +1068,109 @@ func TestRecheckConfirmsOnPodEvents(t *testing.T) {
 	}
 }
 
+// TestReleaseBridgesAPodsEnd: when a pod ends, the scheduler's books free
+// its GPUs at once and the node's object only when its exporter next
+// writes. In between, the view counts the GPUs the exporter observed the
+// pod holding as free, while the object does not count the node's pods as
+// the scheduler sees them, and never past the object's next version, a
+// reservation or the timeout.
+func TestReleaseBridgesAPodsEnd(t *testing.T) {
+	clock := time.Now()
+	counting := func(rv string, names ...string) *v1alpha2.NodeResourceTopology {
+		o := handNRT("n", 1, 2, 3) // GPU 0 in use
+		o.ResourceVersion = rv
+		var pods []devices.Pod
+		for _, n := range names {
+			pods = append(pods, devices.Pod{Namespace: "default", Name: n})
+		}
+		o.Attributes = append(o.Attributes, v1alpha2.AttributeInfo{Name: podfingerprint.Attribute, Value: nrt.Fingerprint(pods)})
+		return o
+	}
+	setup := func(t *testing.T, observed bool) (*informerFeed, *Cache, cache.Indexer, *v1.Pod) {
+		_, st := newTestPlugin(t, nil)
+		st.now = func() time.Time { return clock }
+		pods := podsByNode()
+		feed := &informerFeed{c: st, pods: pods, schedulerName: testProfile}
+		feed.observe(counting("1", "p"))
+		v, _ := st.View("n")
+		p := makePod("p", 1, nil)
+		p.Spec.NodeName, p.Status.Phase = "n", v1.PodRunning
+		if observed {
+			p.Annotations = map[string]string{annotations.ObservedKey: fmt.Sprintf(`{"gpus":[{"busID":%q}],"aligned":false,"plan":"none"}`, v.c.GPUs[0].BusID)}
+		}
+		if err := pods.Add(p); err != nil {
+			t.Fatal(err)
+		}
+		return feed, st, pods, p
+	}
+	const all, gpu0 = nrt.GPUSet(0b1111), nrt.GPUSet(0b0001)
+	free := func(st *Cache) nrt.GPUSet {
+		v, _ := st.View("n")
+		return v.free
+	}
+	expect := func(t *testing.T, st *Cache, want nrt.GPUSet, when string) {
+		t.Helper()
+		if got := free(st); got != want {
+			t.Errorf("%s: free %04b, want %04b", when, got, want)
+		}
+	}
+	deleted := func(feed *informerFeed, pods cache.Indexer, p *v1.Pod) {
+		_ = pods.Delete(p)
+		feed.podDeleted(p)
+	}
+
+	t.Run("deleted", func(t *testing.T) {
+		feed, st, pods, p := setup(t, true)
+		deleted(feed, pods, p)
+		expect(t, st, all, "after the deletion")
+		st.Reserve("n", "uid-q", gpu0, nil)
+		expect(t, st, all&^gpu0, "a reservation on the released GPU")
+		st.Unreserve("n", "uid-q")
+		// The next object, whatever it says, replaces the release: this one
+		// was written before the pod ended and still counts it.
+		feed.observe(counting("2", "p"))
+		expect(t, st, all&^gpu0, "after the next object (the object's own)")
+	})
+	t.Run("ended, then deleted", func(t *testing.T) {
+		feed, st, pods, p := setup(t, true)
+		done := p.DeepCopy()
+		done.Status.Phase = v1.PodSucceeded
+		_ = pods.Update(done)
+		feed.podUpdated(p, done)
+		expect(t, st, all, "after the pod ended")
+		// Another pod took GPU 0, counted in a new object; the ended pod's
+		// deletion releases nothing (the object differs from the pod set
+		// the scheduler sees: r is not seen yet).
+		feed.observe(counting("2", "r"))
+		deleted(feed, pods, done)
+		expect(t, st, all&^gpu0, "after the ended pod's deletion")
+	})
+	t.Run("timeout", func(t *testing.T) {
+		feed, st, pods, p := setup(t, true)
+		deleted(feed, pods, p)
+		clock = clock.Add(st.timeout + time.Second)
+		st.expireDue()
+		expect(t, st, all&^gpu0, "past the timeout")
+	})
+	t.Run("not observed", func(t *testing.T) {
+		feed, st, pods, p := setup(t, false)
+		deleted(feed, pods, p)
+		expect(t, st, all&^gpu0, "a pod never observed holding GPUs")
+	})
+	t.Run("the object matches the scheduler's pods", func(t *testing.T) {
+		feed, st, pods, p := setup(t, true)
+		// A new pod of the same name (a StatefulSet's) is on the node: the
+		// object's fingerprint (of names) matches the scheduler's set, so
+		// the object is taken as it is.
+		again := makePod("p", 1, nil)
+		again.UID, again.Spec.NodeName, again.Status.Phase = "uid-p2", "n", v1.PodRunning
+		_ = pods.Delete(p)
+		_ = pods.Add(again)
+		feed.podDeleted(p)
+		expect(t, st, all&^gpu0, "the object matches")
+	})
+}
+
 // podsByNode is a pod store indexed by node name, as the informer edge's.
 func podsByNode() cache.Indexer {
 	return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{nodeNameIndex: func(obj interface{}) ([]string, error) {

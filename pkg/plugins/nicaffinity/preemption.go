@@ -70,14 +70,7 @@ func (pl *NICAffinity) change(cycle fwk.CycleState, pod *v1.Pod, nodeInfo fwk.No
 // by another scheduler and not yet observed) holds GPUs nobody can name:
 // none are counted, so preemption never counts on them.
 func heldGPUs(c *nrt.Compiled, pod *v1.Pod, node string) nrt.GPUSet {
-	var busIDs []string
-	if s, ok := pod.Annotations[annotations.ObservedKey]; ok {
-		if o, err := annotations.ParseObserved(s); err == nil {
-			for _, g := range o.GPUs {
-				busIDs = append(busIDs, g.BusID)
-			}
-		}
-	}
+	busIDs := observedGPUs(pod)
 	if busIDs == nil {
 		if s, ok := pod.Annotations[annotations.AllocationKey]; ok {
 			if p, err := annotations.ParseAllocation(s); err == nil && p.Node == node {
@@ -85,6 +78,12 @@ func heldGPUs(c *nrt.Compiled, pod *v1.Pod, node string) nrt.GPUSet {
 			}
 		}
 	}
+	return busSet(c, busIDs)
+}
+
+// busSet is the set of c's GPUs with the given PCI addresses (in any
+// spelling NormalizeBusID reads; others are ignored).
+func busSet(c *nrt.Compiled, busIDs []string) nrt.GPUSet {
 	var set nrt.GPUSet
 	for _, id := range busIDs {
 		addr, err := topology.NormalizeBusID(id)
@@ -98,6 +97,25 @@ func heldGPUs(c *nrt.Compiled, pod *v1.Pod, node string) nrt.GPUSet {
 		}
 	}
 	return set
+}
+
+// observedGPUs are the bus IDs of the GPUs the exporter observed pod
+// holding (nil without a readable observation). Only the exporter of the
+// pod's node can write the annotation (docs/security.md).
+func observedGPUs(pod *v1.Pod) []string {
+	s, ok := pod.Annotations[annotations.ObservedKey]
+	if !ok {
+		return nil
+	}
+	o, err := annotations.ParseObserved(s)
+	if err != nil {
+		return nil
+	}
+	var busIDs []string
+	for _, g := range o.GPUs {
+		busIDs = append(busIDs, g.BusID)
+	}
+	return busIDs
 }
 
 // withOverlay is v as preemption's what-if sees it: its free GPUs changed,
