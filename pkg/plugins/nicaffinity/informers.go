@@ -271,9 +271,9 @@ func asPod(obj interface{}) *v1.Pod {
 // sees them (it may still count this one), the view counts the GPUs the
 // exporter observed the pod holding as free, until the node's next
 // object. p was deleted, or updated to Succeeded or Failed from a phase
-// that was neither.
-// Without an observation (a pod that never ran, or ran unobserved) nothing
-// is released: a plan is no proof of what the kubelet handed out.
+// that was neither. Without an observation (a pod that never ran, or ran
+// unobserved) nothing is released: a plan is no proof of what the kubelet
+// handed out.
 func (f *informerFeed) release(p *v1.Pod) {
 	if p.Spec.NodeName == "" || f.pods == nil {
 		return
