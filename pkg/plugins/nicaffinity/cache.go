@@ -93,10 +93,9 @@ type nodeEntry struct {
 	// observed them: the view counts them free until the node's next
 	// object, which the exporter writes within its debounce of the pod's
 	// end, so that the scheduler's books (which free them at once) and
-	// the view agree in between. Only the object of version releasedRV
-	// is bridged: any newer version drops them.
-	released   map[types.UID]reservation
-	releasedRV string
+	// the view agree in between. They bridge the object of version rv
+	// only: set drops them with any newer version.
+	released map[types.UID]reservation
 	// expires is when the oldest reservation or release runs out (zero:
 	// none), kept by rebuild so the sweep checks one time per node.
 	expires time.Time
@@ -253,11 +252,11 @@ func (c *Cache) set(node, rv string, compiled *nrt.Compiled, err error, counted 
 		e.compiled, e.err = nil, err.Error()
 	}
 	now := c.now()
+	if rv == "" || rv != e.rv {
+		e.released = nil // a newer object: it counts the ended pods or not, as it is
+	}
 	if rv == "" || rv != e.rv || e.received.IsZero() {
 		e.rv, e.received = rv, now
-	}
-	if rv == "" || rv != e.releasedRV {
-		e.released = nil // a newer object: it counts the ended pods or not, as it is
 	}
 	e.outdated = c.outdated(e, now)
 	c.dropCounted(e, counted)
@@ -427,10 +426,8 @@ func (c *Cache) compose(e *nodeEntry) *nodeView {
 			v.vfFree[res][n] = free
 		}
 	}
-	if e.releasedRV == comp.ResourceVersion {
-		for _, r := range e.released {
-			v.free |= r.gpus & comp.Healthy
-		}
+	for _, r := range e.released {
+		v.free |= r.gpus & comp.Healthy
 	}
 	for _, r := range e.reserved {
 		v.free &^= r.gpus
@@ -457,14 +454,14 @@ func (c *Cache) release(node, rv string, pod types.UID, gpus nrt.GPUSet) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.nodes[node]
-	if !ok || e.compiled == nil || rv == "" || e.compiled.ResourceVersion != rv {
+	if !ok || e.compiled == nil || rv == "" || e.rv != rv {
 		return // a newer object came meanwhile: it knows
 	}
 	if gpus &^= e.compiled.Free; gpus == 0 {
 		return
 	}
-	if e.releasedRV != rv || e.released == nil {
-		e.released, e.releasedRV = map[types.UID]reservation{}, rv
+	if e.released == nil {
+		e.released = map[types.UID]reservation{}
 	}
 	e.released[pod] = reservation{gpus: gpus, at: c.now()}
 	c.rebuild(node)

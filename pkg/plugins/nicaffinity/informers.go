@@ -17,6 +17,7 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
@@ -196,7 +197,7 @@ func (f *informerFeed) adoptPlan(obj interface{}) {
 	if !ok || p.Spec.NodeName == "" {
 		return
 	}
-	if ended(p) {
+	if podutil.IsPodTerminal(p) {
 		f.c.jobs.drop(p.UID) // its rails are free for the job to leave
 		return
 	}
@@ -229,18 +230,13 @@ func (f *informerFeed) adoptPlan(obj interface{}) {
 	}
 }
 
-// ended: the pod's containers are done (Succeeded or Failed); the
-// scheduler's books and the exporter count it no more.
-func ended(p *v1.Pod) bool {
-	return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
-}
-
 // podUpdated takes a pod update: a plan to adopt, a pod that ended, an
 // object to confirm.
 func (f *informerFeed) podUpdated(old, obj interface{}) {
 	f.adoptPlan(obj)
-	if o, n := asPod(old), asPod(obj); o != nil && n != nil && !ended(o) && ended(n) {
-		f.release(n)
+	if o, n := asPod(old), asPod(obj); o != nil && n != nil && !podutil.IsPodTerminal(o) && podutil.IsPodTerminal(n) {
+		f.podEnded(n)
+		return
 	}
 	f.recheck(obj)
 }
@@ -253,10 +249,11 @@ func (f *informerFeed) podDeleted(obj interface{}) {
 		return
 	}
 	f.c.forgetPod(p.UID)
-	if !ended(p) {
-		f.release(p)
+	if podutil.IsPodTerminal(p) {
+		f.recheck(p)
+		return
 	}
-	f.recheck(p)
+	f.podEnded(p)
 }
 
 // asPod is obj as a pod, nil if it is none.
@@ -265,31 +262,35 @@ func asPod(obj interface{}) *v1.Pod {
 	return p
 }
 
-// release bridges a pod's end: the scheduler's books free its GPUs at once,
-// the node's object when its exporter next writes (within its debounce).
-// While the object does not count the node's pods as the scheduler now
-// sees them (it may still count this one), the view counts the GPUs the
-// exporter observed the pod holding as free, until the node's next
-// object. p was deleted, or updated to Succeeded or Failed from a phase
-// that was neither. Without an observation (a pod that never ran, or ran
-// unobserved) nothing is released: a plan is no proof of what the kubelet
-// handed out.
-func (f *informerFeed) release(p *v1.Pod) {
-	if p.Spec.NodeName == "" || f.pods == nil {
+// podEnded bridges a pod's end (p was deleted, or updated to Succeeded or
+// Failed from a phase that was neither): the scheduler's books free its
+// GPUs at once, the node's object when its exporter next writes (within
+// its debounce). With the node's pods listed once, it confirms what an
+// object that counts them already shows, as recheck does; while the object
+// does not count them (it may still count p), the view counts the GPUs
+// the exporter observed p holding as free, until the node's next object.
+// Without an observation (a pod that never ran, or ran unobserved) nothing
+// is released: a plan is no proof of what the kubelet handed out.
+func (f *informerFeed) podEnded(p *v1.Pod) {
+	node := p.Spec.NodeName
+	if node == "" || f.pods == nil {
 		return
 	}
-	if _, ok := p.Annotations[annotations.ObservedKey]; !ok {
-		return
-	}
-	v := f.c.view(p.Spec.NodeName)
+	v := f.c.view(node)
 	if v == nil || v.c == nil || v.c.Fingerprint == "" {
 		return
 	}
-	if fp, _ := f.podsOn(p.Spec.NodeName); fp == v.c.Fingerprint {
-		return // the object already counts the pods without this one
+	ids := observedGPUs(p)
+	if len(ids) == 0 && !f.c.reserving(node) {
+		return
 	}
-	if ids := observedGPUs(p); len(ids) > 0 {
-		f.c.release(p.Spec.NodeName, v.c.ResourceVersion, p.UID, busSet(v.c, ids))
+	fp, counted := f.podsOn(node)
+	if fp == v.c.Fingerprint {
+		f.c.confirm(node, fp, counted)
+		return
+	}
+	if len(ids) > 0 {
+		f.c.release(node, v.c.ResourceVersion, p.UID, busSet(v.c, ids))
 	}
 }
 
@@ -375,7 +376,7 @@ func (f *informerFeed) podsOn(node string) (string, map[types.UID]bool) {
 	uids := make(map[types.UID]bool, len(objs))
 	for _, o := range objs {
 		p, ok := o.(*v1.Pod)
-		if !ok || ended(p) {
+		if !ok || podutil.IsPodTerminal(p) {
 			continue
 		}
 		_ = fp.Add(p.Namespace, p.Name)

@@ -4,6 +4,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 )
@@ -69,7 +70,7 @@ func (pl *NICAffinity) freedOn(ni fwk.NodeInfo, v *nodeView) nrt.GPUSet {
 	var freed nrt.GPUSet
 	for _, o := range objs {
 		p, ok := o.(*v1.Pod)
-		if !ok || in[p.UID] || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
+		if !ok || in[p.UID] || podutil.IsPodTerminal(p) {
 			continue
 		}
 		freed |= heldGPUs(v.c, p, node)
