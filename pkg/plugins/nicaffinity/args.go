@@ -43,7 +43,9 @@ type Args struct {
 	// the pods this scheduler placed there (its pod fingerprint differs):
 	// Reserve (default: subtract what was reserved) or Reject (wait for the object).
 	StaleTopology string `json:"staleTopology,omitempty"`
-	// ReservationTimeout drops a reservation the object never confirmed. Default 2m.
+	// ReservationTimeout drops a reservation the object never confirmed, and
+	// counts an ended pod's released GPUs in use again when no new object
+	// came (docs/scheduler.md). Default 2m.
 	ReservationTimeout *metav1.Duration `json:"reservationTimeout,omitempty"`
 	// TopologyMaxAge is how long the scheduler may go without receiving a
 	// new version of a node's object before the node counts as topology
