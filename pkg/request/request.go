@@ -117,10 +117,8 @@ type Request struct {
 
 // Defaulted reports whether the request takes the config's level and
 // policy and asks for no VFs: the common request the plugin answers ahead.
-// A pod that follows its job's rails is one only while its job holds none
-// (the plugin knows which rails jobs hold; this reader does not).
 func (r *Request) Defaulted(c Config) bool {
-	return len(r.VFs) == 0 && r.MaxLevel == c.MaxLevel && r.Required == c.Required
+	return len(r.VFs) == 0 && r.MaxLevel == c.MaxLevel && r.Required == c.Required && !r.FollowsRails()
 }
 
 // FollowsRails reports whether the pod's placement depends on where its

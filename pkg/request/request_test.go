@@ -85,7 +85,7 @@ func TestRead(t *testing.T) {
 				t.Errorf("(-want,+got):\n%s", diff)
 			}
 			follows := got.RDMA && got.Job.Name != "" && got.Rails != annotations.PolicyIgnore
-			if got.FollowsRails() != follows || got.Defaulted(cfg) != (ok && len(got.VFs) == 0 && got.MaxLevel == cfg.MaxLevel && got.Required == cfg.Required) {
+			if got.FollowsRails() != follows || got.Defaulted(cfg) != (ok && len(got.VFs) == 0 && got.MaxLevel == cfg.MaxLevel && got.Required == cfg.Required && !follows) {
 				t.Errorf("Defaulted = %v", got.Defaulted(cfg))
 			}
 		})

@@ -80,11 +80,6 @@ func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v
 		// The rails the job's pods hold now: in a pod-group cycle, those
 		// of the members reserved before this one.
 		req.jobRails = pl.cache.jobs.rails(req.job)
-		// Until its job holds rails, such a pod asks what a pod of a job
-		// of one asks: railsFit passes every node and Score adds no rail
-		// bonus, so the precomputed answers and the skips serve it too
-		// (Reserve still picks its rails by room).
-		req.common = req.common && len(req.jobRails) == 0
 	}
 	st := &preFilterState{req: *req}
 	if req.rdma && cycle.IsPodGroupSchedulingCycle() {

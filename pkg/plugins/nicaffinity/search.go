@@ -32,8 +32,7 @@ type request struct {
 	// prefers the largest of, so that the job's next pods find room on
 	// the rails its first one takes; nil otherwise.
 	railRoom map[string]int
-	// common: the plugin's default level and policy, no VFs, and no rails
-	// to follow (a job's pod while its job holds none). Views carry
+	// common: the plugin's default level and policy, no VFs. Views carry
 	// precomputed answers for such requests (see answers).
 	common bool
 }

@@ -14,7 +14,7 @@ import (
 // Skip for them, as in-tree plugins do for pods they do not constrain.
 //
 // For a common RDMA request (the plugin's default level, required, no
-// VFs, no rails held by its job), Filter on a node whose view is usable (and not stale
+// VFs, no rails), Filter on a node whose view is usable (and not stale
 // under staleTopology: Reject) and whose healthy GPUs all have a NIC at
 // the default level or closer passes exactly when the view has as many
 // free GPUs as the pod asks for: the free GPUs NodeResourcesFit counts

@@ -3,9 +3,7 @@
 package nicaffinity
 
 import (
-	"maps"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"testing"
 
@@ -93,9 +91,15 @@ func TestPreFilterSkipsFilter(t *testing.T) {
 // any); and a view with a healthy GPU without a close NIC is not safe.
 // Random free sets on every machine shape.
 func TestSkipSafeViewsAgreeWithCounts(t *testing.T) {
+	shapes := map[string]func(*machines.Tree){"hgx-h100": machines.HGXH100, "dgx-a100": machines.DGXA100,
+		"half": machines.HalfNICs, "h20": machines.H20, "gb200": machines.GB200Tray, "b300": machines.HGXB300}
 	rng := rand.New(rand.NewPCG(1, 2))
-	forEachShape(t, func(name string, pl *NICAffinity, base *nodeView) {
-		c := pl.cache
+	for name, build := range shapes {
+		pl, c := newTestPlugin(t, nil, machineNRT(t, name, build))
+		base := c.view(name)
+		if base == nil || base.c == nil {
+			t.Fatalf("%s: no usable view", name)
+		}
 		n := len(base.c.GPUs)
 		safeSeen, unsafeSeen := 0, 0
 		for range 200 {
@@ -122,21 +126,6 @@ func TestSkipSafeViewsAgreeWithCounts(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %d safe, %d not", name, safeSeen, unsafeSeen)
-	})
-}
-
-// forEachShape calls f with a plugin holding one idle machine of every
-// shape, and that machine's usable view.
-func forEachShape(t *testing.T, f func(name string, pl *NICAffinity, base *nodeView)) {
-	shapes := map[string]func(*machines.Tree){"hgx-h100": machines.HGXH100, "dgx-a100": machines.DGXA100,
-		"half": machines.HalfNICs, "h20": machines.H20, "gb200": machines.GB200Tray, "b300": machines.HGXB300}
-	for _, name := range slices.Sorted(maps.Keys(shapes)) {
-		pl, c := newTestPlugin(t, nil, machineNRT(t, name, shapes[name]))
-		base := c.view(name)
-		if base == nil || base.c == nil {
-			t.Fatalf("%s: no usable view", name)
-		}
-		f(name, pl, base)
 	}
 }
 
@@ -222,60 +211,4 @@ func TestReserveChecksASkippedFilter(t *testing.T) {
 	if got := pl.Reserve(t.Context(), cycle, pod, "a"); !got.IsSuccess() {
 		t.Fatalf("Reserve on a node that fits: %v", got)
 	}
-}
-
-// TestSkipFollowsJobRails: a pod that follows its job's rails asks what a
-// common pod asks while its job holds no rails, so it skips Filter and gets
-// the precomputed answers; once the job holds rails (its first pod
-// reserved), the next pod filters node by node.
-func TestSkipFollowsJobRails(t *testing.T) {
-	pl, _ := newTestPlugin(t, nil, railedH100(t, "a"), railedH100(t, "b", 0, 1))
-	nodes := []fwk.NodeInfo{nodeInfo("a", 8), nodeInfo("b", 8)}
-	first := inJob(makePod("w0", 2, nil, rdma, "1"), "train")
-	cycle, st := preFilter(t, pl, first, nodes...)
-	if !st.IsSkip() {
-		t.Fatalf("the job's first pod: PreFilter = %v, want Skip", st)
-	}
-	s, err := getState(cycle)
-	if err != nil || s == nil || !s.req.common || !s.filterSkipped {
-		t.Fatalf("the job's first pod: state %+v, %v; want a common request, Filter skipped", s, err)
-	}
-	if st := pl.Reserve(t.Context(), cycle, first, "a"); !st.IsSuccess() {
-		t.Fatal(st)
-	}
-	second := inJob(makePod("w1", 2, nil, rdma, "1"), "train")
-	cycle, st = preFilter(t, pl, second, nodes...)
-	if !st.IsSuccess() || st.IsSkip() {
-		t.Fatalf("the job's second pod: PreFilter = %v, want Filter node by node", st)
-	}
-	if s, _ := getState(cycle); s == nil || s.req.common || len(s.req.jobRails) == 0 {
-		t.Fatalf("the job's second pod: state %+v; want the job's rails, not a common request", s)
-	}
-}
-
-// TestJobsFirstPodAnswersAsCommon is what lets a job's first pod take the
-// common answers: with no rails held, the search Filter and Score make for
-// a rail-following request gives the precomputed answer, whatever GPUs are
-// free, on every machine shape.
-func TestJobsFirstPodAnswersAsCommon(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	forEachShape(t, func(name string, pl *NICAffinity, base *nodeView) {
-		for range 100 {
-			v := *base
-			v.free = nrt.GPUSet(rng.Uint64()) & base.c.Healthy
-			pl.scoring.precompute(&v)
-			for g := 1; g < v.answered; g++ {
-				req := pl.scoring.defaults
-				req.gpus, req.rdma, req.common = g, true, false
-				req.job, req.rails, req.followRails = "default/train", annotations.PolicyRequired, true
-				steps := maxCallSteps
-				li := levelIndex(req.maxLevel)
-				feasible := v.feasible(&req, li, &steps) && v.railsFit(&req, li)
-				score := pl.scoring.nodeScore(&v, &req, &steps)
-				if a := v.answers[g]; a.feasible != feasible || int64(a.score) != score {
-					t.Fatalf("%s, free %b, %d GPUs: precomputed %+v, the job's first pod's search: feasible %v, score %d", name, v.free, g, a, feasible, score)
-				}
-			}
-		}
-	})
 }
