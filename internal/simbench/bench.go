@@ -12,9 +12,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -86,6 +90,9 @@ type BenchSpec struct {
 	// tool pprof -proto), the two profiles' files compare with -diff_base,
 	// which tells where the CPU time one profile adds per pod goes.
 	ProfileDir string
+	// GC is when the Go runtime collects garbage while batches run:
+	// GCBetween (the default) or GCRuntime.
+	GC string
 }
 
 // NoiseProfile is the default plugins under another profile name.
@@ -119,6 +126,27 @@ const (
 	ArrivalBurst = "burst"
 )
 
+// When the bench collects garbage.
+const (
+	// GCBetween: the collector is held off from the warm-up on and runs,
+	// whole, between batches (the quiet moment before each), so no
+	// batch's timed part pays for a cycle. The apiserver, etcd and the
+	// scheduler share one heap here, and a cycle marks all of it (mostly
+	// the apiserver's watch caches, which a real scheduler's collector
+	// never sees): under the runtime's pacing a batch of 5000 pods at 5000
+	// nodes holds two or three cycles, and whether it holds one more or
+	// one fewer moved its CPU time a pod by a tenth, more than the
+	// difference under measurement. What each profile allocates a pod is
+	// reported instead (allocKBPerPod), so a profile that allocates more,
+	// and would bring on cycles sooner in its own process, still shows.
+	// The heap may grow to half the machine's memory (gcMemoryLimit)
+	// before a cycle runs anyway; a batch's cycles are reported.
+	GCBetween = "between"
+	// GCRuntime: the runtime's own pacing (GOGC, GOMEMLIMIT), cycles
+	// falling where they fall.
+	GCRuntime = "runtime"
+)
+
 // Validate checks the spec; errors name the field.
 func (s BenchSpec) Validate() error {
 	switch s.Arrival {
@@ -130,6 +158,11 @@ func (s BenchSpec) Validate() error {
 	case "", WorkloadGPU, WorkloadMixed:
 	default:
 		return fmt.Errorf("workload %q: want %s or %s", s.Workload, WorkloadGPU, WorkloadMixed)
+	}
+	switch s.GC {
+	case "", GCBetween, GCRuntime:
+	default:
+		return fmt.Errorf("gc %q: want %s or %s", s.GC, GCBetween, GCRuntime)
 	}
 	if s.MaxDuration < 0 {
 		return fmt.Errorf("max duration %s: want 0 (no limit) or more", s.MaxDuration)
@@ -146,6 +179,16 @@ type BenchResult struct {
 	// profile costs the machine, which the wall-clock throughput shows only
 	// once the cores are all busy.
 	CPUMsPerPod float64 `json:"cpuMsPerPod"`
+	// GCCPUMsPerPod is the part of it the Go runtime counts as garbage
+	// collection (its estimate), and AllocKBPerPod what the process
+	// allocated per pod: a profile that allocates more brings cycles on
+	// sooner, and each cycle marks every component's heap.
+	GCCPUMsPerPod float64 `json:"gcCpuMsPerPod"`
+	AllocKBPerPod float64 `json:"allocKBPerPod"`
+	// GCCycles is the garbage collection cycles that ran in the timed
+	// parts of its batches: 0 with GCBetween unless the memory limit
+	// forced one.
+	GCCycles int `json:"gcCycles"`
 	// To bound, as a client sees it: from the scheduler's release with
 	// ArrivalQueued, from the pod's creation with ArrivalBurst; either way
 	// mostly time in the queue, a whole batch arriving at once.
@@ -260,11 +303,20 @@ func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []strin
 	defer running.Stop()
 	run := &benchRun{spec: spec, kube: kube, sched: running, cp: cp, beats: beats, began: began, def: def, mixed: mixed,
 		per: map[string]*batchTotals{}, progress: progress}
+	if spec.GC != GCRuntime {
+		defer holdGC(gcMemoryLimit())()
+	}
 	// Warm every profile up first, unmeasured: the first batch after
 	// start pays for cold caches and heap growth, which A B B A alone
-	// would charge to A.
+	// would charge to A. With GCBetween the heap grows by a whole batch's
+	// garbage, so the warm-up is one whole batch, which leaves the heap
+	// at the size every later batch reuses.
 	for i, s := range all {
-		if _, err := runBatch(ctx, kube, run.held(), s, fmt.Sprintf("w%d", i), max(1, spec.Pods/4), mixed, ""); err != nil {
+		warm := max(1, spec.Pods/4)
+		if spec.GC != GCRuntime && i == 0 {
+			warm = spec.Pods
+		}
+		if _, err := runBatch(ctx, kube, run.held(), s, fmt.Sprintf("w%d", i), warm, mixed, ""); err != nil {
 			return fmt.Errorf("warm-up (%s): %v", s, err)
 		}
 	}
@@ -305,6 +357,43 @@ rounds:
 	}
 	report.Ratio = report.Results[0].PodsPerSec / report.Results[len(report.Results)-1].PodsPerSec
 	return nil
+}
+
+// holdGC turns the collector's pacing off, leaving only cycles the program
+// asks for (quiesce) and those the memory limit forces, and returns what
+// puts the pacing back.
+func holdGC(limit int64) (restore func()) {
+	percent := debug.SetGCPercent(-1)
+	was := debug.SetMemoryLimit(limit)
+	return func() {
+		debug.SetGCPercent(percent)
+		debug.SetMemoryLimit(was)
+	}
+}
+
+// gcMemoryLimit is half the machine's memory (8 GiB where it cannot be
+// read): the heap a bench with GCBetween may reach before the runtime
+// collects anyway.
+func gcMemoryLimit() int64 {
+	const fallback = 8 << 30
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return fallback
+	}
+	return memTotalHalf(string(b), fallback)
+}
+
+// memTotalHalf reads MemTotal (kB) from /proc/meminfo's text and halves it.
+func memTotalHalf(meminfo string, fallback int64) int64 {
+	for line := range strings.Lines(meminfo) {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "MemTotal:" && f[2] == "kB" {
+			if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil && kb > 0 && kb < 1<<40 {
+				return kb << 10 / 2
+			}
+		}
+	}
+	return fallback
 }
 
 // benchRun is what the measured blocks of one bench process share.
@@ -360,7 +449,8 @@ func (b *benchRun) block(ctx context.Context, r int, p string) (BenchRound, erro
 			return BenchRound{}, fmt.Errorf("round %d, %s: %v", r+1, s, err)
 		}
 		if b.progress != nil {
-			fmt.Fprintf(b.progress, "  round %d %-26s %6.0f pods/s %6.2f CPU-ms/pod  (at %s)\n", r+1, s, float64(b.spec.Pods)/bt.elapsed.Seconds(), ms(bt.cpu)/float64(b.spec.Pods), time.Since(b.began).Round(time.Second))
+			fmt.Fprintf(b.progress, "  round %d %-26s %6.0f pods/s %6.2f CPU-ms/pod (GC %5.2f, %d cycles, %4.0f KB allocated a pod)  (at %s)\n", r+1, s, float64(b.spec.Pods)/bt.elapsed.Seconds(), ms(bt.cpu)/float64(b.spec.Pods),
+				ms(bt.runtime.gcCPU)/float64(b.spec.Pods), bt.runtime.cycles, float64(bt.runtime.alloc)/1024/float64(b.spec.Pods), time.Since(b.began).Round(time.Second))
 		}
 		for _, t := range []map[string]*batchTotals{b.per, round} {
 			if t[s] == nil {
@@ -368,6 +458,9 @@ func (b *benchRun) block(ctx context.Context, r int, p string) (BenchRound, erro
 			}
 			t[s].elapsed += bt.elapsed
 			t[s].cpu += bt.cpu
+			t[s].gcCPU += bt.runtime.gcCPU
+			t[s].alloc += bt.runtime.alloc
+			t[s].gcCycles += bt.runtime.cycles
 			t[s].pods += b.spec.Pods
 		}
 		b.per[s].latencies = append(b.per[s].latencies, bt.latencies...)
@@ -387,6 +480,7 @@ func (b *benchRun) block(ctx context.Context, r int, p string) (BenchRound, erro
 func benchResult(s string, t *batchTotals, before, after []*dto.MetricFamily) BenchResult {
 	sort.Slice(t.latencies, func(a, b int) bool { return t.latencies[a] < t.latencies[b] })
 	r := BenchResult{Scheduler: s, PodsPerSec: t.rate(), CPUMsPerPod: round2(ms(t.cpu) / float64(t.pods)),
+		GCCPUMsPerPod: round2(ms(t.gcCPU) / float64(t.pods)), AllocKBPerPod: round2(float64(t.alloc) / 1024 / float64(t.pods)), GCCycles: int(t.gcCycles),
 		LatencyP50Ms: ms(t.latencies[len(t.latencies)/2]), LatencyP99Ms: ms(t.latencies[min(len(t.latencies)-1, len(t.latencies)*99/100)]),
 		ExtensionPointsP50Ms: map[string]float64{}, ExtensionPointsP99Ms: map[string]float64{}}
 	attempts := histogramDelta(before, after, "scheduler_scheduling_attempt_duration_seconds", map[string]string{"profile": s, "result": "scheduled"})
@@ -467,6 +561,9 @@ func benchConfig(custom string, under []string) (string, error) {
 type batchTotals struct {
 	elapsed   time.Duration
 	cpu       time.Duration
+	gcCPU     time.Duration
+	alloc     uint64
+	gcCycles  uint64
 	pods      int
 	latencies []time.Duration
 }
@@ -478,8 +575,49 @@ func (t *batchTotals) cpuPerPod() time.Duration { return t.cpu / time.Duration(m
 type batch struct {
 	elapsed time.Duration
 	// cpu is the process's CPU time (user and system) over elapsed.
-	cpu       time.Duration
+	cpu time.Duration
+	// runtime is the Go runtime's garbage collection and allocation over
+	// elapsed.
+	runtime   runtimeStats
 	latencies []time.Duration
+}
+
+// runtimeStats is what the Go runtime's metrics say of the garbage
+// collector: its CPU time (the runtime's estimate, which charges the
+// dedicated mark workers whole cores), its cycles and the bytes allocated.
+// Every component shares one heap, so a cycle marks the apiserver's watch
+// caches as well as the scheduler's: a batch's share of that work depends
+// on how many cycles fall in it, which is why it is reported beside the
+// CPU time.
+type runtimeStats struct {
+	gcCPU  time.Duration
+	cycles uint64
+	alloc  uint64
+}
+
+var runtimeSamples = []string{"/cpu/classes/gc/total:cpu-seconds", "/gc/cycles/total:gc-cycles", "/gc/heap/allocs:bytes"}
+
+func readRuntime() runtimeStats {
+	s := make([]metrics.Sample, len(runtimeSamples))
+	for i, n := range runtimeSamples {
+		s[i].Name = n
+	}
+	metrics.Read(s)
+	get := func(i int) uint64 {
+		if s[i].Value.Kind() == metrics.KindUint64 {
+			return s[i].Value.Uint64()
+		}
+		return 0
+	}
+	r := runtimeStats{cycles: get(1), alloc: get(2)}
+	if s[0].Value.Kind() == metrics.KindFloat64 {
+		r.gcCPU = time.Duration(s[0].Value.Float64() * float64(time.Second))
+	}
+	return r
+}
+
+func (r runtimeStats) since(before runtimeStats) runtimeStats {
+	return runtimeStats{gcCPU: r.gcCPU - before.gcCPU, cycles: r.cycles - before.cycles, alloc: r.alloc - before.alloc}
 }
 
 // processCPU is the CPU time the process has used so far, user and system:
@@ -658,14 +796,14 @@ func runBatch(ctx context.Context, kube kubernetes.Interface, held *schedulerrun
 		return b, err
 	}
 	defer func() { w.Stop() }()
-	start, cpuStart := time.Now(), processCPU()
+	start, cpuStart, rtStart := time.Now(), processCPU(), readRuntime()
 	created, createdAt := createBatch(ctx, pc, scheduler, prefix, pods, mixed)
 	if held != nil {
 		<-created
 		if err := waitQueued(ctx, held, pods); err != nil {
 			return b, err
 		}
-		start, cpuStart = time.Now(), processCPU()
+		start, cpuStart, rtStart = time.Now(), processCPU(), readRuntime()
 		if err := held.Release(); err != nil {
 			return b, err
 		}
@@ -727,7 +865,7 @@ func runBatch(ctx context.Context, kube kubernetes.Interface, held *schedulerrun
 			}
 		}
 	}
-	b.elapsed, b.cpu = time.Since(start), processCPU()-cpuStart
+	b.elapsed, b.cpu, b.runtime = time.Since(start), processCPU()-cpuStart, readRuntime().since(rtStart)
 	stopProfile()
 	if held != nil {
 		if err := held.Hold(); err != nil {
@@ -844,7 +982,8 @@ func unboundSample(ctx context.Context, pc corev1client.PodInterface, selector s
 // history and collects garbage, so that every batch starts on the same
 // storage and heap: without the compaction, the revisions of every batch
 // before piled up until the apiserver's own compaction (every five
-// minutes), and throughput fell from batch to batch in between.
+// minutes), and throughput fell from batch to batch in between. With
+// GCBetween this collection is the only one a batch's garbage gets.
 func quiesce(ctx context.Context, s *schedulerrun.Scheduler, cp *controlplane.ControlPlane) error {
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		n, err := s.Sched.Cache.PodCount()
