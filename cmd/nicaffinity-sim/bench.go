@@ -55,7 +55,6 @@ limits are lifted, as in scheduler_perf.`,
 	cmd.Flags().BoolVar(&o.micro, "micro", true, "also run the Filter/Score micro-benchmarks")
 	cmd.Flags().StringVar(&o.spec.Workload, "workload", simbench.WorkloadGPU, "gpu (one-GPU RDMA pods) or mixed (pods without GPUs, two-pod jobs on their rails, VF pods; docs/simulate.md)")
 	cmd.Flags().StringVar(&o.spec.Arrival, "arrival", simbench.ArrivalQueued, "queued (each batch created while the scheduler is held, timed from its release to the last binding: the scheduler's own rate) or burst (created at once while it runs, timed from the first creation: the apiserver's intake too)")
-	cmd.Flags().StringVar(&o.spec.GC, "gc", simbench.GCBetween, "between (the garbage collector held off while batches are timed, run whole before each: every component shares one heap, and whether a cycle fell in a batch moved it more than the difference measured; allocation per pod is reported) or runtime (the Go runtime's own pacing)")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "text or json")
 	cmd.Flags().StringVar(&o.configFile, "scheduler-config", "", "KubeSchedulerConfiguration with a nicaffinity-scheduler profile to measure instead of the shipped one")
 	cmd.Flags().StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to this file")
@@ -115,7 +114,7 @@ func (o *benchOptions) run(out, progress io.Writer) error {
 	if o.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"nodes": spec.Nodes, "pods": spec.Pods, "workload": spec.Workload, "arrival": spec.Arrival, "gc": spec.GC, "results": report.Results, "rounds": report.Rounds, "throughputRatio": report.Ratio, "stopped": report.Stopped, "micro": micro})
+		return enc.Encode(map[string]any{"nodes": spec.Nodes, "pods": spec.Pods, "workload": spec.Workload, "arrival": spec.Arrival, "results": report.Results, "rounds": report.Rounds, "throughputRatio": report.Ratio, "stopped": report.Stopped, "micro": micro})
 	}
 	results, ratio := report.Results, report.Ratio
 	fmt.Fprintf(out, "%d nodes, %d pods per batch, %d block(s) of A B B A\n", spec.Nodes, spec.Pods, len(report.Rounds))
@@ -133,7 +132,7 @@ func (o *benchOptions) run(out, progress io.Writer) error {
 	for _, r := range results {
 		fmt.Fprintf(out, "%s attempts: %v\n", r.Scheduler, r.Attempts)
 	}
-	fmt.Fprintf(out, "\nCPU and memory a pod (garbage collection: %s)\n%-24s%10s%10s%12s%10s\n", spec.GC, "profile", "CPU ms", "GC ms", "alloc KB", "GC cycles")
+	fmt.Fprintf(out, "\nCPU and memory a pod\n%-24s%10s%10s%12s%10s\n", "profile", "CPU ms", "GC ms", "alloc KB", "GC cycles")
 	for _, r := range results {
 		fmt.Fprintf(out, "%-24s%10.2f%10.2f%12.0f%10d\n", r.Scheduler, r.CPUMsPerPod, r.GCCPUMsPerPod, r.AllocKBPerPod, r.GCCycles)
 	}

@@ -12,13 +12,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -90,9 +87,6 @@ type BenchSpec struct {
 	// tool pprof -proto), the two profiles' files compare with -diff_base,
 	// which tells where the CPU time one profile adds per pod goes.
 	ProfileDir string
-	// GC is when the Go runtime collects garbage while batches run:
-	// GCBetween (the default) or GCRuntime.
-	GC string
 }
 
 // NoiseProfile is the default plugins under another profile name.
@@ -126,27 +120,6 @@ const (
 	ArrivalBurst = "burst"
 )
 
-// When the bench collects garbage.
-const (
-	// GCBetween: the collector is held off from the warm-up on and runs,
-	// whole, between batches (the quiet moment before each), so no
-	// batch's timed part pays for a cycle. The apiserver, etcd and the
-	// scheduler share one heap here, and a cycle marks all of it (mostly
-	// the apiserver's watch caches, which a real scheduler's collector
-	// never sees): under the runtime's pacing a batch of 5000 pods at 5000
-	// nodes holds two or three cycles, and whether it holds one more or
-	// one fewer moved its CPU time a pod by a tenth, more than the
-	// difference under measurement. What each profile allocates a pod is
-	// reported instead (allocKBPerPod), so a profile that allocates more,
-	// and would bring on cycles sooner in its own process, still shows.
-	// The heap may grow to half the machine's memory (gcMemoryLimit)
-	// before a cycle runs anyway; a batch's cycles are reported.
-	GCBetween = "between"
-	// GCRuntime: the runtime's own pacing (GOGC, GOMEMLIMIT), cycles
-	// falling where they fall.
-	GCRuntime = "runtime"
-)
-
 // Validate checks the spec; errors name the field.
 func (s BenchSpec) Validate() error {
 	switch s.Arrival {
@@ -158,11 +131,6 @@ func (s BenchSpec) Validate() error {
 	case "", WorkloadGPU, WorkloadMixed:
 	default:
 		return fmt.Errorf("workload %q: want %s or %s", s.Workload, WorkloadGPU, WorkloadMixed)
-	}
-	switch s.GC {
-	case "", GCBetween, GCRuntime:
-	default:
-		return fmt.Errorf("gc %q: want %s or %s", s.GC, GCBetween, GCRuntime)
 	}
 	if s.MaxDuration < 0 {
 		return fmt.Errorf("max duration %s: want 0 (no limit) or more", s.MaxDuration)
@@ -185,9 +153,9 @@ type BenchResult struct {
 	// sooner, and each cycle marks every component's heap.
 	GCCPUMsPerPod float64 `json:"gcCpuMsPerPod"`
 	AllocKBPerPod float64 `json:"allocKBPerPod"`
-	// GCCycles is the garbage collection cycles that ran in the timed
-	// parts of its batches: 0 with GCBetween unless the memory limit
-	// forced one.
+	// GCCycles is the garbage collection cycles that began in the timed
+	// parts of its batches (docs/simulate.md: one more or one fewer moves
+	// a batch's CPU time a pod by more than the plugin does).
 	GCCycles int `json:"gcCycles"`
 	// To bound, as a client sees it: from the scheduler's release with
 	// ArrivalQueued, from the pod's creation with ArrivalBurst; either way
@@ -303,20 +271,11 @@ func bench(ctx context.Context, spec BenchSpec, report *BenchReport, all []strin
 	defer running.Stop()
 	run := &benchRun{spec: spec, kube: kube, sched: running, cp: cp, beats: beats, began: began, def: def, mixed: mixed,
 		per: map[string]*batchTotals{}, progress: progress}
-	if spec.GC != GCRuntime {
-		defer holdGC(gcMemoryLimit())()
-	}
 	// Warm every profile up first, unmeasured: the first batch after
 	// start pays for cold caches and heap growth, which A B B A alone
-	// would charge to A. With GCBetween the heap grows by a whole batch's
-	// garbage, so the warm-up is one whole batch, which leaves the heap
-	// at the size every later batch reuses.
+	// would charge to A.
 	for i, s := range all {
-		warm := max(1, spec.Pods/4)
-		if spec.GC != GCRuntime && i == 0 {
-			warm = spec.Pods
-		}
-		if _, err := runBatch(ctx, kube, run.held(), s, fmt.Sprintf("w%d", i), warm, mixed, ""); err != nil {
+		if _, err := runBatch(ctx, kube, run.held(), s, fmt.Sprintf("w%d", i), max(1, spec.Pods/4), mixed, ""); err != nil {
 			return fmt.Errorf("warm-up (%s): %v", s, err)
 		}
 	}
@@ -357,43 +316,6 @@ rounds:
 	}
 	report.Ratio = report.Results[0].PodsPerSec / report.Results[len(report.Results)-1].PodsPerSec
 	return nil
-}
-
-// holdGC turns the collector's pacing off, leaving only cycles the program
-// asks for (quiesce) and those the memory limit forces, and returns what
-// puts the pacing back.
-func holdGC(limit int64) (restore func()) {
-	percent := debug.SetGCPercent(-1)
-	was := debug.SetMemoryLimit(limit)
-	return func() {
-		debug.SetGCPercent(percent)
-		debug.SetMemoryLimit(was)
-	}
-}
-
-// gcMemoryLimit is half the machine's memory (8 GiB where it cannot be
-// read): the heap a bench with GCBetween may reach before the runtime
-// collects anyway.
-func gcMemoryLimit() int64 {
-	const fallback = 8 << 30
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return fallback
-	}
-	return memTotalHalf(string(b), fallback)
-}
-
-// memTotalHalf reads MemTotal (kB) from /proc/meminfo's text and halves it.
-func memTotalHalf(meminfo string, fallback int64) int64 {
-	for line := range strings.Lines(meminfo) {
-		f := strings.Fields(line)
-		if len(f) == 3 && f[0] == "MemTotal:" && f[2] == "kB" {
-			if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil && kb > 0 && kb < 1<<40 {
-				return kb << 10 / 2
-			}
-		}
-	}
-	return fallback
 }
 
 // benchRun is what the measured blocks of one bench process share.
@@ -982,8 +904,7 @@ func unboundSample(ctx context.Context, pc corev1client.PodInterface, selector s
 // history and collects garbage, so that every batch starts on the same
 // storage and heap: without the compaction, the revisions of every batch
 // before piled up until the apiserver's own compaction (every five
-// minutes), and throughput fell from batch to batch in between. With
-// GCBetween this collection is the only one a batch's garbage gets.
+// minutes), and throughput fell from batch to batch in between.
 func quiesce(ctx context.Context, s *schedulerrun.Scheduler, cp *controlplane.ControlPlane) error {
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		n, err := s.Sched.Cache.PodCount()
