@@ -380,9 +380,7 @@ func (b *benchRun) block(ctx context.Context, r int, p string) (BenchRound, erro
 			}
 			t[s].elapsed += bt.elapsed
 			t[s].cpu += bt.cpu
-			t[s].gcCPU += bt.runtime.gcCPU
-			t[s].alloc += bt.runtime.alloc
-			t[s].gcCycles += bt.runtime.cycles
+			t[s].runtime = t[s].runtime.plus(bt.runtime)
 			t[s].pods += b.spec.Pods
 		}
 		b.per[s].latencies = append(b.per[s].latencies, bt.latencies...)
@@ -402,7 +400,7 @@ func (b *benchRun) block(ctx context.Context, r int, p string) (BenchRound, erro
 func benchResult(s string, t *batchTotals, before, after []*dto.MetricFamily) BenchResult {
 	sort.Slice(t.latencies, func(a, b int) bool { return t.latencies[a] < t.latencies[b] })
 	r := BenchResult{Scheduler: s, PodsPerSec: t.rate(), CPUMsPerPod: round2(ms(t.cpu) / float64(t.pods)),
-		GCCPUMsPerPod: round2(ms(t.gcCPU) / float64(t.pods)), AllocKBPerPod: round2(float64(t.alloc) / 1024 / float64(t.pods)), GCCycles: int(t.gcCycles),
+		GCCPUMsPerPod: round2(ms(t.runtime.gcCPU) / float64(t.pods)), AllocKBPerPod: round2(float64(t.runtime.alloc) / 1024 / float64(t.pods)), GCCycles: int(t.runtime.cycles),
 		LatencyP50Ms: ms(t.latencies[len(t.latencies)/2]), LatencyP99Ms: ms(t.latencies[min(len(t.latencies)-1, len(t.latencies)*99/100)]),
 		ExtensionPointsP50Ms: map[string]float64{}, ExtensionPointsP99Ms: map[string]float64{}}
 	attempts := histogramDelta(before, after, "scheduler_scheduling_attempt_duration_seconds", map[string]string{"profile": s, "result": "scheduled"})
@@ -483,9 +481,7 @@ func benchConfig(custom string, under []string) (string, error) {
 type batchTotals struct {
 	elapsed   time.Duration
 	cpu       time.Duration
-	gcCPU     time.Duration
-	alloc     uint64
-	gcCycles  uint64
+	runtime   runtimeStats
 	pods      int
 	latencies []time.Duration
 }
@@ -540,6 +536,10 @@ func readRuntime() runtimeStats {
 
 func (r runtimeStats) since(before runtimeStats) runtimeStats {
 	return runtimeStats{gcCPU: r.gcCPU - before.gcCPU, cycles: r.cycles - before.cycles, alloc: r.alloc - before.alloc}
+}
+
+func (r runtimeStats) plus(o runtimeStats) runtimeStats {
+	return runtimeStats{gcCPU: r.gcCPU + o.gcCPU, cycles: r.cycles + o.cycles, alloc: r.alloc + o.alloc}
 }
 
 // processCPU is the CPU time the process has used so far, user and system:
