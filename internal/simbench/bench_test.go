@@ -33,8 +33,8 @@ func TestBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range report.Results {
-		if r.AllocKBPerPod <= 0 || r.GCCycles < 0 || r.GCCPUMsPerPod < 0 {
-			t.Errorf("%s: %.0f KB allocated a pod, %d collection cycles, %.2f GC ms a pod: want some allocation", r.Scheduler, r.AllocKBPerPod, r.GCCycles, r.GCCPUMsPerPod)
+		if r.AllocKBPerPod <= 0 {
+			t.Errorf("%s: %.0f KB allocated a pod: want the batches' allocation reported", r.Scheduler, r.AllocKBPerPod)
 		}
 	}
 	// One CPU profile per measured batch, named by its profile.
