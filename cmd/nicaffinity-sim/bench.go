@@ -38,7 +38,7 @@ is held, with --arrival queued), and print for each profile: throughput
 the first creation, to the last bind), the process's CPU time per pod,
 latency to bound, the scheduler's own per-pod attempt latency, the p99 of
 each extension point and its opportunistic batching; then the throughput
-ratio and the plugin's Filter and Score micro-benchmarks. The client rate
+ratio and the plugin's micro-benchmarks (Filter, Score, a pod's cycle). The client rate
 limits are lifted, as in scheduler_perf.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -52,7 +52,7 @@ limits are lifted, as in scheduler_perf.`,
 	cmd.Flags().StringSliceVar(&o.spec.Profiles, "profiles", nil, "profiles of --scheduler-config to measure, each against the default profile (default nicaffinity-scheduler)")
 	cmd.Flags().BoolVar(&o.spec.NoiseFloor, "noise-floor", false, "also measure a second profile of the default plugins (default-copy) against the default profile: the ratio a profile gets from noise alone")
 	cmd.Flags().DurationVar(&o.spec.MaxDuration, "max-duration", 0, "end early and report what was measured: no block of A B B A is started that would end (by the longest block so far) past this long after the start (0: no limit)")
-	cmd.Flags().BoolVar(&o.micro, "micro", true, "also run the Filter/Score micro-benchmarks")
+	cmd.Flags().BoolVar(&o.micro, "micro", true, "also run the plugin's micro-benchmarks (Filter and Score per node, a pod's PreFilter, Reserve and Unreserve)")
 	cmd.Flags().StringVar(&o.spec.Workload, "workload", simbench.WorkloadGPU, "gpu (one-GPU RDMA pods) or mixed (pods without GPUs, two-pod jobs on their rails, VF pods; docs/simulate.md)")
 	cmd.Flags().StringVar(&o.spec.Arrival, "arrival", simbench.ArrivalQueued, "queued (each batch created while the scheduler is held, timed from its release to the last binding: the scheduler's own rate) or burst (created at once while it runs, timed from the first creation: the apiserver's intake too)")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "text or json")
@@ -154,7 +154,7 @@ func (o *benchOptions) run(out, progress io.Writer) error {
 		fmt.Fprintln(out)
 	}
 	if len(micro) > 0 {
-		fmt.Fprintf(out, "\nNICAffinity per node (testing.Benchmark)\n")
+		fmt.Fprintf(out, "\nNICAffinity micro-benchmarks (testing.Benchmark): Filter and Score per node, Cycle per pod\n")
 		for _, m := range micro {
 			fmt.Fprintf(out, "%-28s%10.1f ns/op%6d allocs/op\n", m.Name, m.NsPerOp, m.AllocsPerOp)
 		}
