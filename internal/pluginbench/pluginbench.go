@@ -36,10 +36,11 @@ const (
 )
 
 // Benchmarks: Filter and Score of one node per call, as the scheduler
-// calls them once per candidate node, and the rest of a pod's cycle. Where PreFilter returns Skip (every
-// node's view safe for a common request), the scheduler calls no Filter;
-// the Filter benchmarks measure what it costs where it runs. Node shapes: an HGX H100 with some
-// GPUs taken, and an H20 whose VFs sit on two of its NICs.
+// calls them once per candidate node, and the rest of a pod's cycle.
+// Where PreFilter returns Skip (every node's view safe for a common
+// request), the scheduler calls no Filter; the Filter benchmarks measure
+// what it costs where it runs. Node shapes: an HGX H100 with some GPUs
+// taken, and an H20 whose VFs sit on two of its NICs.
 var Benchmarks = []Benchmark{
 	{"Filter/h100-2gpu-rdma", filter(machines.HGXH100, pod(2, rdma, "1"), 0, 2, 5)},
 	{"Filter/h100-4gpu-rdma", filter(machines.HGXH100, pod(4, rdma, "1"), 1)},
