@@ -137,7 +137,6 @@ fuzz:
 	  ./pkg/topology/sysfs:FuzzReadAttributes \
 	  ./pkg/podresources:FuzzFromResponses \
 	  ./pkg/request:FuzzRead \
-	  ./pkg/request:FuzzRequests \
 	  ./pkg/annotations:FuzzParseAllocation \
 	  ./pkg/annotations:FuzzParseObserved \
 	  ./pkg/annotations:FuzzParseMaxLevel \
