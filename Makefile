@@ -137,6 +137,7 @@ fuzz:
 	  ./pkg/topology/sysfs:FuzzReadAttributes \
 	  ./pkg/podresources:FuzzFromResponses \
 	  ./pkg/request:FuzzRead \
+	  ./pkg/request:FuzzRequests \
 	  ./pkg/annotations:FuzzParseAllocation \
 	  ./pkg/annotations:FuzzParseObserved \
 	  ./pkg/annotations:FuzzParseMaxLevel \

@@ -3,6 +3,7 @@ package nrt
 import (
 	"fmt"
 	"maps"
+	"math/bits"
 	"slices"
 	"sort"
 	"strconv"
@@ -55,13 +56,7 @@ const (
 type GPUSet uint64
 
 // Count is the number of GPUs in the set.
-func (s GPUSet) Count() int {
-	n := 0
-	for v := uint64(s); v != 0; v &= v - 1 {
-		n++
-	}
-	return n
-}
+func (s GPUSet) Count() int { return bits.OnesCount64(uint64(s)) }
 
 // Compiled is a NodeResourceTopology reduced to what the scheduler plugin
 // decides on, built once when the object changes so Filter and Score do no

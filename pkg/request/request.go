@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/component-helpers/resource"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
@@ -132,25 +133,29 @@ func (r *Request) FollowsRails() bool {
 // nicaffinity to do). The error names the bad annotation; the plugin
 // refuses such a pod.
 func Read(pod *v1.Pod, c Config) (r Request, ok bool, err error) {
-	reqs := resource.PodRequests(pod, resource.PodResourcesOptions{})
-	gpus := reqs[v1.ResourceName(c.GPUResource)]
-	if gpus.Value() <= 0 {
+	var buf [4]requested
+	reqs := requests(pod, c, buf[:0])
+	gpus := int64(0)
+	for _, q := range reqs {
+		if q.name == v1.ResourceName(c.GPUResource) {
+			gpus = q.q.Value()
+		}
+	}
+	if gpus <= 0 {
 		return Request{}, false, nil
 	}
-	r = Request{GPUs: int(gpus.Value()), MaxLevel: c.MaxLevel, Required: c.Required}
-	for name, q := range reqs {
-		if q.Value() <= 0 {
+	r = Request{GPUs: int(gpus), MaxLevel: c.MaxLevel, Required: c.Required}
+	for _, q := range reqs {
+		if q.q.Value() <= 0 {
 			continue
 		}
-		n := string(name)
+		n := string(q.name)
 		if slices.Contains(c.SRIOVResources, n) {
 			r.RDMA = true
-			r.VFs = append(r.VFs, VF{Resource: n, Count: q.Value()})
+			r.VFs = append(r.VFs, VF{Resource: n, Count: q.q.Value()})
 		}
-		for _, p := range c.RDMAPrefixes {
-			if strings.HasPrefix(n, p) {
-				r.RDMA = true
-			}
+		if c.rdma(n) {
+			r.RDMA = true
 		}
 	}
 	if pod.Annotations[annotations.RDMA] == "true" {
@@ -185,6 +190,59 @@ func Read(pod *v1.Pod, c Config) (r Request, ok bool, err error) {
 	// Map order is random; plans and signatures must not be.
 	slices.SortFunc(r.VFs, func(a, b VF) int { return strings.Compare(a.Resource, b.Resource) })
 	return r, true, nil
+}
+
+// requested is a pod's request of one resource.
+type requested struct {
+	name v1.ResourceName
+	q    apiresource.Quantity
+}
+
+// rdma: name is an RDMA resource (it has one of the prefixes).
+func (c Config) rdma(name string) bool {
+	for _, p := range c.RDMAPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// requests appends to out the pod's requests of the resources Read looks
+// at (the GPU, SR-IOV and RDMA resources), summed as the scheduler sums
+// them (resourcehelper.PodRequests). PreFilter reads every pod this way on
+// the scheduling thread, so the common pod, whose requests are its
+// containers' alone (no init containers, overhead or pod-level
+// resources), is summed here without building the pod's whole resource
+// list; any other pod goes through PodRequests itself.
+// TestRequestsMatchPodRequests holds the two to the same sums.
+func requests(pod *v1.Pod, c Config, out []requested) []requested {
+	wanted := func(name v1.ResourceName) bool {
+		n := string(name)
+		return n == c.GPUResource || slices.Contains(c.SRIOVResources, n) || c.rdma(n)
+	}
+	if len(pod.Spec.InitContainers) > 0 || pod.Spec.Overhead != nil || resource.IsPodLevelRequestsSet(pod) {
+		for name, q := range resource.PodRequests(pod, resource.PodResourcesOptions{}) {
+			if wanted(name) {
+				out = append(out, requested{name: name, q: q})
+			}
+		}
+		return out
+	}
+	for i := range pod.Spec.Containers {
+		for name, q := range pod.Spec.Containers[i].Resources.Requests {
+			if !wanted(name) {
+				continue
+			}
+			j := slices.IndexFunc(out, func(r requested) bool { return r.name == name })
+			if j < 0 {
+				out = append(out, requested{name: name})
+				j = len(out) - 1
+			}
+			out[j].q.Add(q)
+		}
+	}
+	return out
 }
 
 // NCCL's environment variables that move its GPUDirect RDMA cut-off
@@ -222,6 +280,9 @@ func NCCLLevel(pod *v1.Pod) (topology.Level, string, bool) {
 				case EnvGDRC2C:
 					c2c, c2cSrc = e.Value, EnvGDRC2C+"="+e.Value
 				}
+			}
+			if level == "" && c2c == "" {
+				continue // the common container: nothing to parse (nor an error to make)
 			}
 			if p, err := topology.ParseNCCLLevel(level); level != "" && err == nil {
 				take(levelOfNCCL(p), levelSrc)

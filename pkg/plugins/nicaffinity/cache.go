@@ -3,6 +3,7 @@ package nicaffinity
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,6 +87,8 @@ type reservation struct {
 
 type nodeEntry struct {
 	compiled *nrt.Compiled
+	// vfBase are compiled's free VFs (vfBase), shared by its views.
+	vfBase   map[string][]int64
 	err      string
 	reserved map[types.UID]reservation
 	// released are the GPUs of pods that ended (deleted, or Succeeded or
@@ -128,9 +131,8 @@ func NewStaticCache(args *Args, objs ...*v1alpha2.NodeResourceTopology) *Cache {
 
 // newCache is an empty cache.
 func newCache(cfg storeConfig) *Cache {
-	registerMetrics()
 	c := &Cache{nodes: map[string]*nodeEntry{}, podNode: map[types.UID]string{}, timeout: cfg.timeout, maxAge: cfg.maxAge, now: time.Now,
-		gpuResource: cfg.gpuResource, metrics: profileMetrics{profile: cfg.profile}, scoring: cfg.scoring, jobs: newJobRails()}
+		gpuResource: cfg.gpuResource, metrics: newProfileMetrics(cfg.profile), scoring: cfg.scoring, jobs: newJobRails()}
 	c.cells.Store(&map[string]*atomic.Pointer[nodeView]{})
 	c.skip.li, c.skip.staleRejects, c.skip.raced = -1, cfg.staleRejects, map[types.UID]struct{}{}
 	if cfg.scoring != nil {
@@ -247,9 +249,12 @@ func (c *Cache) set(node, rv string, compiled *nrt.Compiled, err error, counted 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entry(node)
-	e.compiled, e.err = compiled, ""
+	e.compiled, e.err, e.vfBase = compiled, "", nil
 	if err != nil {
 		e.compiled, e.err = nil, err.Error()
+	}
+	if e.compiled != nil {
+		e.vfBase = vfBase(e.compiled)
 	}
 	now := c.now()
 	if rv == "" || rv != e.rv {
@@ -415,26 +420,31 @@ func (c *Cache) setState(e *nodeEntry, state string) {
 	e.state = state
 }
 
+// compose is a node's view: its object's free GPUs and VFs, plus the
+// releases, minus the reservations. Views share the object's VF counts
+// (vfBase) unless a reservation holds VFs.
 func (c *Cache) compose(e *nodeEntry) *nodeView {
 	comp := e.compiled
-	v := &nodeView{c: comp, free: comp.Free, vfFree: map[string][]int64{}, stale: len(e.reserved) > 0}
-	for n, nic := range comp.NICs {
-		for res, free := range nic.VFs {
-			if v.vfFree[res] == nil {
-				v.vfFree[res] = make([]int64, len(comp.NICs))
-			}
-			v.vfFree[res][n] = free
-		}
-	}
+	v := &nodeView{c: comp, free: comp.Free, vfFree: e.vfBase, stale: len(e.reserved) > 0}
 	for _, r := range e.released {
 		v.free |= r.gpus & comp.Healthy
 	}
+	vfsHeld := false
 	for _, r := range e.reserved {
 		v.free &^= r.gpus
-		for n, byRes := range r.vfs {
-			for res, k := range byRes {
-				if v.vfFree[res] != nil && n < len(v.vfFree[res]) {
-					v.vfFree[res][n] = max(0, v.vfFree[res][n]-k)
+		vfsHeld = vfsHeld || len(r.vfs) > 0
+	}
+	if vfsHeld {
+		v.vfFree = make(map[string][]int64, len(e.vfBase))
+		for res, free := range e.vfBase {
+			v.vfFree[res] = slices.Clone(free)
+		}
+		for _, r := range e.reserved {
+			for n, byRes := range r.vfs {
+				for res, k := range byRes {
+					if v.vfFree[res] != nil && n < len(v.vfFree[res]) {
+						v.vfFree[res][n] = max(0, v.vfFree[res][n]-k)
+					}
 				}
 			}
 		}
@@ -443,6 +453,21 @@ func (c *Cache) compose(e *nodeEntry) *nodeView {
 		c.scoring.precompute(v)
 	}
 	return v
+}
+
+// vfBase are the free VFs an object shows, per resource and NIC index:
+// what every view of it starts from (views never write it).
+func vfBase(comp *nrt.Compiled) map[string][]int64 {
+	out := map[string][]int64{}
+	for n, nic := range comp.NICs {
+		for res, free := range nic.VFs {
+			if out[res] == nil {
+				out[res] = make([]int64, len(comp.NICs))
+			}
+			out[res][n] = free
+		}
+	}
+	return out
 }
 
 // release counts free, in node's view, the GPUs gpus of a pod that ended,

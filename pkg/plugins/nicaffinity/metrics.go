@@ -68,7 +68,18 @@ func registerMetrics() {
 
 // profileMetrics counts for one plugin instance: its profile is the first
 // label of every series it writes.
-type profileMetrics struct{ profile string }
+type profileMetrics struct {
+	profile string
+	// held is the profile's reservations series, looked up once: the
+	// cache sets it on every view it publishes, Reserve's among them.
+	held metrics.GaugeMetric
+}
+
+// newProfileMetrics registers the metrics and counts under profile.
+func newProfileMetrics(profile string) profileMetrics {
+	registerMetrics()
+	return profileMetrics{profile: profile, held: reservations.WithLabelValues(profile)}
+}
 
 // reject counts one rejection.
 func (m profileMetrics) reject(reason string) { rejections.WithLabelValues(m.profile, reason).Inc() }
@@ -89,9 +100,7 @@ func (m profileMetrics) moveNode(from, to string) {
 }
 
 // setReservations sets the reservations gauge.
-func (m profileMetrics) setReservations(n int) {
-	reservations.WithLabelValues(m.profile).Set(float64(n))
-}
+func (m profileMetrics) setReservations(n int) { m.held.Set(float64(n)) }
 
 // unusableReason is the reason label of a node without a usable view, from
 // the view's state (the cache sets it; no text is parsed).

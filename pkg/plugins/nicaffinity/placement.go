@@ -51,11 +51,12 @@ func (p *placementState) Clone() fwk.StateData {
 // recordPlacement notes a member's plan in the placement being evaluated,
 // when there is one (a pod-group cycle). The framework writes the
 // placement's state from one goroutine, one member after another.
-func recordPlacement(cycle fwk.CycleState, pod types.UID, plan memberPlan) {
+func recordPlacement(cycle fwk.CycleState, pod types.UID, aligned bool, rails []string) {
 	ps := cycle.GetPlacementCycleState()
 	if ps == nil {
 		return
 	}
+	plan := memberPlan{aligned: aligned, rails: joinRails(rails)}
 	var st *placementState
 	if d, err := ps.Read(placementStateKey); err == nil {
 		st, _ = d.(*placementState)

@@ -55,7 +55,10 @@ func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v
 		return fwk.NewStatus(fwk.Unschedulable, "the GPUs planned here were taken by another pod in the meantime")
 	}
 	nics := v.nicsFor(&s.req, gpus)
-	vfs := map[int]map[string]int64{}
+	var vfs map[int]map[string]int64
+	if len(s.req.vfs) > 0 {
+		vfs = map[int]map[string]int64{}
+	}
 	for _, vf := range s.req.vfs {
 		left := vf.count
 		for _, n := range nics {
@@ -70,7 +73,11 @@ func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v
 		}
 	}
 	pl.cache.Reserve(node, pod.UID, gpus, vfs)
-	alloc := &annotations.Allocation{Node: node, NRTGeneration: v.c.Generation}
+	alloc := &annotations.Allocation{Node: node, NRTGeneration: v.c.Generation,
+		GPUs: make([]string, 0, s.req.gpus), UUIDs: make([]string, 0, s.req.gpus)}
+	if len(nics) > 0 {
+		alloc.NICs = make([]string, 0, len(nics))
+	}
 	worst := topology.LevelX
 	uuids := true
 	for g := range v.c.GPUs {
@@ -104,9 +111,11 @@ func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v
 	s.planned = alloc
 	if s.req.rdma {
 		// In a pod-group cycle, what ScorePlacement ranks placements by.
-		recordPlacement(cycle, pod.UID, memberPlan{aligned: worst <= s.req.maxLevel, rails: joinRails(alloc.Rails)})
+		recordPlacement(cycle, pod.UID, worst <= s.req.maxLevel, alloc.Rails)
 	}
-	klog.FromContext(ctx).V(4).Info("Reserved GPUs", "pod", klog.KObj(pod), "node", node, "gpus", alloc.GPUs, "nics", alloc.NICs, "level", alloc.Level)
+	if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
+		logger.Info("Reserved GPUs", "pod", klog.KObj(pod), "node", node, "gpus", alloc.GPUs, "nics", alloc.NICs, "level", alloc.Level)
+	}
 	return nil
 }
 

@@ -100,23 +100,74 @@ func newScoring(args *Args) *scoring {
 
 // precompute fills a new view's answers for common requests of 1 to
 // len(GPUs)-1 GPUs (a request of every GPU needs no search: Filter passes
-// it, Score gives MaxNodeScore).
+// it, Score gives MaxNodeScore). They are nodeScore's and feasible's
+// answers, computed together: plan's greedy picks do not depend on the
+// number of GPUs asked for (planner), so one sequence of picks per level
+// plans every size, and whether a pick packs well does not depend on the
+// other picks (packer), so packing is a running count. Every view that
+// Reserve, Unreserve or a new object publishes runs this, on the
+// scheduling thread for Reserve: O(levels x GPUs^2), not one search per
+// size. TestPrecomputedAnswers holds it to the search, answer by answer.
 func (sc *scoring) precompute(v *nodeView) {
 	n := min(len(v.c.GPUs), maxAnswered)
 	if n < 2 {
 		return
 	}
 	v.answered = n
-	req := sc.defaults
-	li := levelIndex(req.maxLevel)
+	li0 := levelIndex(sc.defaults.maxLevel)
+	plain, rdma := sc.defaults, sc.defaults
+	plain.gpus, rdma.gpus, rdma.rdma = 1, 1, true
+	// good[li][k]: how many of plan's first k picks at level index li pack
+	// well (plain: the pods without RDMA, planned at the last level);
+	// picks[li] how many picks there are, -1 until needed.
+	var plainGood, good [maxAnswered]int
+	plainPicks := v.packedPicks(&plain, len(topology.Levels)-1, plainGood[:n])
+	pickedAt := -1
+	picks := 0
 	for g := 1; g < n; g++ {
-		// Common requests ask for no VFs: nothing here searches.
-		steps := maxCallSteps
-		req.gpus, req.rdma = g, true
-		v.answers[g] = answer{feasible: v.feasible(&req, li, &steps), score: uint8(sc.nodeScore(v, &req, &steps))}
-		req.rdma = false
-		v.answers[g].plain = uint8(sc.nodeScore(v, &req, &steps))
+		a := answer{feasible: (v.free & v.c.AnyNear[li0]).Count() >= g}
+		if k := min(g, plainPicks); k > 0 {
+			a.plain = uint8(int64(100 * packed(plainGood[k], k)))
+		}
+		li := -1
+		for l := range topology.Levels {
+			if (v.free & v.c.AnyNear[l]).Count() >= g {
+				li = l
+				break
+			}
+		}
+		if li >= 0 {
+			if li != pickedAt {
+				picks, pickedAt = v.packedPicks(&rdma, li, good[:n]), li
+			}
+			rdma.gpus = g
+			certainty := int64(100 * v.certainty(&rdma, li0))
+			a.score = uint8(sc.score(sc.strategy, levelScore[li], certainty, int64(100*packed(good[min(g, picks)], g))))
+		}
+		v.answers[g] = a
 	}
+}
+
+// packedPicks runs plan's greedy choice for req at level index li, up to
+// len(good)-1 picks, and counts in good[k] how many of the first k pack
+// well (good[0] is 0). It returns the number of picks made.
+func (v *nodeView) packedPicks(req *request, li int, good []int) int {
+	p, gpus := v.planner(req, li)
+	pk := v.packer(req)
+	k := 0
+	for k+1 < len(good) {
+		g := p.next(gpus)
+		if g < 0 {
+			break
+		}
+		gpus |= 1 << g
+		k++
+		good[k] = good[k-1]
+		if pk.good(g) {
+			good[k]++
+		}
+	}
+	return k
 }
 
 // levelScore is the level part of a node's score per index of

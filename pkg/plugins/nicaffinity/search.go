@@ -205,18 +205,46 @@ func (v *nodeView) bestLevel(req *request, steps *int) int {
 // GPUs of switches already in use (to keep whole NIC-bearing switches for
 // later pods), then index order. Pods without RDMA take GPUs without a
 // GPUDirect-capable NIC first. It does not allocate.
-func (v *nodeView) plan(req *request, li int) (gpus nrt.GPUSet) {
+func (v *nodeView) plan(req *request, li int) nrt.GPUSet {
+	p, gpus := v.planner(req, li)
+	for picked := gpus.Count(); picked < req.gpus; picked++ {
+		g := p.next(gpus)
+		if g < 0 {
+			break
+		}
+		gpus |= 1 << g
+	}
+	return gpus
+}
+
+// planner is plan's greedy choice for one request at one level: which GPU
+// to add next to those picked so far. The choice does not depend on how
+// many GPUs the pod asks for, so the plan of g GPUs is always the first g
+// picks (outside the rails' first picks, which planner makes up front):
+// precompute plans every size of a common request from one sequence.
+type planner struct {
+	v   *nodeView
+	req *request
+	// candidates are the GPUs the plan may take; keep those a pod that
+	// must have a VF could use.
+	candidates, keep nrt.GPUSet
+	pxb              int
+}
+
+// planner sets up plan's choice for req at level index li, and returns
+// the GPUs picked before the greedy part (one on each of the job's rails).
+func (v *nodeView) planner(req *request, li int) (p planner, gpus nrt.GPUSet) {
 	c := v.c
-	candidates := v.free
+	p = planner{v: v, req: req, candidates: v.free, pxb: levelIndex(topology.LevelPXB)}
 	if req.rdma {
-		candidates &= c.AnyNear[li]
+		p.candidates &= c.AnyNear[li]
 		if len(req.jobRails) > 0 {
-			on := v.railNear(li, req.jobRails) & candidates
+			on := v.railNear(li, req.jobRails) & p.candidates
 			if on.Count() >= req.gpus {
-				candidates = on // all on the job's rails when that is enough
+				p.candidates = on // all on the job's rails when that is enough
 			}
 			if req.gpus >= len(req.jobRails) {
-				gpus = v.coverRails(req.jobRails, li, candidates) // one on each of them first
+				gpus = v.coverRails(req.jobRails, li, p.candidates) // one on each of them first
 			}
 		}
 		if len(req.vfs) > 0 {
@@ -226,51 +254,49 @@ func (v *nodeView) plan(req *request, li int) (gpus nrt.GPUSet) {
 					near |= c.Near[li][n]
 				}
 			}
-			candidates &= near
+			p.candidates &= near
 		}
 	}
-	pxb := levelIndex(topology.LevelPXB)
-	var keep nrt.GPUSet
 	if req.rdma && len(req.vfs) == 0 {
-		keep = v.vfKeepers(li)
+		p.keep = v.vfKeepers(li)
 	}
-	for picked := gpus.Count(); picked < req.gpus; picked++ {
-		best, bestKey := -1, [5]int{}
-		for g := range c.GPUs {
-			if candidates&(1<<g) == 0 || gpus&(1<<g) != 0 {
-				continue
-			}
-			sw := c.SwitchOf[g]
-			whole := 0
-			if c.Switches[sw]&^v.free == 0 && gpus&c.Switches[sw] == 0 {
-				whole = 1 // taking it breaks a whole switch
-			}
-			room := 0
-			if req.railRoom != nil {
-				room = -req.railRoom[v.railOf(g)]
-			}
-			vf := 0
-			if keep&(1<<g) != 0 {
-				vf = 1 // a pod that must have a VF could use it
-			}
-			key := [5]int{int(c.BestLevel[g]), room, vf, whole, g}
-			if !req.rdma {
-				aligned := 0
-				if c.AnyNear[pxb]&(1<<g) != 0 {
-					aligned = 1
-				}
-				key = [5]int{aligned, 0, 0, whole, g}
-			}
-			if best < 0 || less(key[:], bestKey[:]) {
-				best, bestKey = g, key
-			}
+	return p, gpus
+}
+
+// next is the GPU to add to gpus, or -1 when no candidate is left.
+func (p *planner) next(gpus nrt.GPUSet) int {
+	v, c, req := p.v, p.v.c, p.req
+	best, bestKey := -1, [5]int{}
+	for g := range c.GPUs {
+		if p.candidates&(1<<g) == 0 || gpus&(1<<g) != 0 {
+			continue
 		}
-		if best < 0 {
-			break
+		sw := c.SwitchOf[g]
+		whole := 0
+		if c.Switches[sw]&^v.free == 0 && gpus&c.Switches[sw] == 0 {
+			whole = 1 // taking it breaks a whole switch
 		}
-		gpus |= 1 << best
+		room := 0
+		if req.railRoom != nil {
+			room = -req.railRoom[v.railOf(g)]
+		}
+		vf := 0
+		if p.keep&(1<<g) != 0 {
+			vf = 1 // a pod that must have a VF could use it
+		}
+		key := [5]int{int(c.BestLevel[g]), room, vf, whole, g}
+		if !req.rdma {
+			aligned := 0
+			if c.AnyNear[p.pxb]&(1<<g) != 0 {
+				aligned = 1
+			}
+			key = [5]int{aligned, 0, 0, whole, g}
+		}
+		if best < 0 || less(key[:], bestKey[:]) {
+			best, bestKey = g, key
+		}
 	}
-	return gpus
+	return best
 }
 
 // vfKeepers are the GPUs at level index li or closer to a NIC with free
@@ -431,29 +457,47 @@ func (v *nodeView) certainty(req *request, li int) float64 {
 // use (for pods without VFs, not counting GPUs next to free VFs); for pods
 // without RDMA, the share taken from GPUs without a GPUDirect-capable NIC.
 func (v *nodeView) packing(req *request, planned nrt.GPUSet) float64 {
-	c := v.c
 	if req.gpus == 0 || planned == 0 {
 		return 0
 	}
+	pk := v.packer(req)
 	good := 0
-	pxb := levelIndex(topology.LevelPXB)
-	var keep nrt.GPUSet
-	if req.rdma && len(req.vfs) == 0 {
-		keep = v.vfKeepers(levelIndex(req.maxLevel))
-	}
-	for g := range c.GPUs {
-		if planned&(1<<g) == 0 {
-			continue
-		}
-		if req.rdma {
-			// Taking a GPU that a VF pod could use is no good packing,
-			// even on a broken switch.
-			if keep&(1<<g) == 0 && c.Switches[c.SwitchOf[g]]&^v.free != 0 {
-				good++ // the switch was already broken
-			}
-		} else if c.AnyNear[pxb]&(1<<g) == 0 {
+	for g := range v.c.GPUs {
+		if planned&(1<<g) != 0 && pk.good(g) {
 			good++
 		}
 	}
-	return float64(good) / float64(planned.Count())
+	return packed(good, planned.Count())
+}
+
+// packed is packing's share: good of n planned GPUs.
+func packed(good, n int) float64 { return float64(good) / float64(n) }
+
+// packer tells which planned GPUs count as good packing for one request;
+// whether a GPU does depends on the view, not on the other GPUs planned.
+type packer struct {
+	v    *nodeView
+	rdma bool
+	// keep are the GPUs next to free VFs, for RDMA pods without VFs.
+	keep nrt.GPUSet
+	pxb  int
+}
+
+func (v *nodeView) packer(req *request) packer {
+	pk := packer{v: v, rdma: req.rdma, pxb: levelIndex(topology.LevelPXB)}
+	if req.rdma && len(req.vfs) == 0 {
+		pk.keep = v.vfKeepers(levelIndex(req.maxLevel))
+	}
+	return pk
+}
+
+// good: planning GPU g is good packing.
+func (pk packer) good(g int) bool {
+	c := pk.v.c
+	if pk.rdma {
+		// Taking a GPU that a VF pod could use is no good packing,
+		// even on a broken switch.
+		return pk.keep&(1<<g) == 0 && c.Switches[c.SwitchOf[g]]&^pk.v.free != 0 // the switch was already broken
+	}
+	return c.AnyNear[pk.pxb]&(1<<g) == 0
 }
