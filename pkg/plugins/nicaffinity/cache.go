@@ -87,7 +87,8 @@ type reservation struct {
 
 type nodeEntry struct {
 	compiled *nrt.Compiled
-	// vfBase are compiled's free VFs (vfBase), shared by its views.
+	// vfBase are compiled's free VFs per resource and NIC (vfBase): the
+	// start of every view of it, which views share and never write.
 	vfBase   map[string][]int64
 	err      string
 	reserved map[types.UID]reservation

@@ -117,9 +117,10 @@ func (sc *scoring) precompute(v *nodeView) {
 	li0 := levelIndex(sc.defaults.maxLevel)
 	plain, rdma := sc.defaults, sc.defaults
 	plain.gpus, rdma.gpus, rdma.rdma = 1, 1, true
-	// good[li][k]: how many of plan's first k picks at level index li pack
-	// well (plain: the pods without RDMA, planned at the last level);
-	// picks[li] how many picks there are, -1 until needed.
+	// plainGood[k] and good[k]: how many of plan's first k picks pack well,
+	// for pods without RDMA (planned at the last level) and for RDMA pods
+	// at level index pickedAt (the best level a size can have; sizes that
+	// share it share its picks, of which there are picks).
 	var plainGood, good [maxAnswered]int
 	plainPicks := v.packedPicks(&plain, len(topology.Levels)-1, plainGood[:n])
 	pickedAt := -1

@@ -89,6 +89,10 @@ type answer struct {
 	score, plain uint8
 }
 
+// pxbIndex is PXB's level index: pods without RDMA keep the GPUs aligned
+// at PXB or closer for the pods that need them.
+var pxbIndex = levelIndex(topology.LevelPXB)
+
 // levelIndex is l's index in topology.Levels (PIX 0 ... SYS 5).
 func levelIndex(l topology.Level) int {
 	i, ok := nrt.LevelIndex(l)
@@ -228,14 +232,13 @@ type planner struct {
 	// candidates are the GPUs the plan may take; keep those a pod that
 	// must have a VF could use.
 	candidates, keep nrt.GPUSet
-	pxb              int
 }
 
 // planner sets up plan's choice for req at level index li, and returns
 // the GPUs picked before the greedy part (one on each of the job's rails).
 func (v *nodeView) planner(req *request, li int) (p planner, gpus nrt.GPUSet) {
 	c := v.c
-	p = planner{v: v, req: req, candidates: v.free, pxb: levelIndex(topology.LevelPXB)}
+	p = planner{v: v, req: req, candidates: v.free}
 	if req.rdma {
 		p.candidates &= c.AnyNear[li]
 		if len(req.jobRails) > 0 {
@@ -287,7 +290,7 @@ func (p *planner) next(gpus nrt.GPUSet) int {
 		key := [5]int{int(c.BestLevel[g]), room, vf, whole, g}
 		if !req.rdma {
 			aligned := 0
-			if c.AnyNear[p.pxb]&(1<<g) != 0 {
+			if c.AnyNear[pxbIndex]&(1<<g) != 0 {
 				aligned = 1
 			}
 			key = [5]int{aligned, 0, 0, whole, g}
@@ -480,11 +483,10 @@ type packer struct {
 	rdma bool
 	// keep are the GPUs next to free VFs, for RDMA pods without VFs.
 	keep nrt.GPUSet
-	pxb  int
 }
 
 func (v *nodeView) packer(req *request) packer {
-	pk := packer{v: v, rdma: req.rdma, pxb: levelIndex(topology.LevelPXB)}
+	pk := packer{v: v, rdma: req.rdma}
 	if req.rdma && len(req.vfs) == 0 {
 		pk.keep = v.vfKeepers(levelIndex(req.maxLevel))
 	}
@@ -499,5 +501,5 @@ func (pk packer) good(g int) bool {
 		// even on a broken switch.
 		return pk.keep&(1<<g) == 0 && c.Switches[c.SwitchOf[g]]&^pk.v.free != 0 // the switch was already broken
 	}
-	return c.AnyNear[pk.pxb]&(1<<g) == 0
+	return c.AnyNear[pxbIndex]&(1<<g) == 0
 }
