@@ -52,6 +52,8 @@ type Cache struct {
 	spread scoreSpread
 	// skip tells PreFilter when Filter would add nothing (skip.go).
 	skip skipCounts
+	// vfIndex are the nodes offering each VF resource (nodeset.go).
+	vfIndex atomic.Pointer[vfNodeIndex]
 	// scoring fills each new view's answers.
 	scoring *scoring
 	timeout time.Duration
@@ -115,6 +117,8 @@ type nodeEntry struct {
 	outdated string
 	// state is the node's topology_nodes label ("" while it has no object).
 	state string
+	// vfIndexed is what the VF index holds the node under (nil: nothing).
+	vfIndexed *nodeEntryVFs
 }
 
 // NewStaticCache is a cache over fixed objects, with no informers: for
@@ -135,6 +139,7 @@ func newCache(cfg storeConfig) *Cache {
 	c := &Cache{nodes: map[string]*nodeEntry{}, podNode: map[types.UID]string{}, timeout: cfg.timeout, maxAge: cfg.maxAge, now: time.Now,
 		gpuResource: cfg.gpuResource, metrics: newProfileMetrics(cfg.profile), scoring: cfg.scoring, jobs: newJobRails()}
 	c.cells.Store(&map[string]*atomic.Pointer[nodeView]{})
+	c.vfIndex.Store(&vfNodeIndex{})
 	c.skip.li, c.skip.staleRejects, c.skip.raced = -1, cfg.staleRejects, map[types.UID]struct{}{}
 	if cfg.scoring != nil {
 		c.skip.li = levelIndex(cfg.scoring.defaults.maxLevel)
@@ -298,6 +303,7 @@ func (c *Cache) remove(node string) {
 	}
 	c.spread.replace(e.view, nil)
 	c.skip.replace(e.view, nil)
+	c.indexVFs(node, e, nil)
 	c.nodesChanged()
 	c.setState(e, "")
 	delete(c.nodes, node)
@@ -383,6 +389,7 @@ func (c *Cache) rebuild(node string) {
 	}
 	c.spread.replace(e.view, v)
 	c.skip.replace(e.view, v)
+	c.indexVFs(node, e, v)
 	e.view = v
 	c.setState(e, stateOf(e))
 	c.metrics.setReservations(len(c.podNode))

@@ -51,14 +51,14 @@ func TestFilterRejectionMetric(t *testing.T) {
 		{name: "garbled object", node: "garbled", pod: podSpec{gpus: 1, extra: []string{rdma, "1"}}, reason: reasonUnreadable},
 		{name: "no aligned GPU free", node: "full", pod: podSpec{gpus: 2, extra: []string{rdma, "1"}}, reason: reasonNoAligned},
 		{name: "too few aligned GPUs", node: "some", pod: podSpec{gpus: 2, extra: []string{rdma, "1"}}, reason: reasonTooFew},
-		{name: "no free VF", node: "some", pod: podSpec{gpus: 1, extra: []string{"openshift.io/sriov_highnet", "1"}}, reason: reasonNoVF},
+		{name: "no free VF", node: "h20", pod: podSpec{gpus: 1, extra: []string{"openshift.io/sriov_highnet", "1"}}, reason: reasonNoVF},
 		{name: "GPUDirect impossible", node: "acs", pod: podSpec{gpus: 1, extra: []string{rdma, "1"}}, reason: reasonNoGPUDirect},
 		{name: "lagging object", node: "lagging", args: func(a *Args) { a.StaleTopology = StaleReject }, pod: podSpec{gpus: 1, extra: []string{rdma, "1"}}, reason: reasonLagging},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			pl, st := newTestPlugin(t, tc.args, garbled, handNRT("full", 4, 5, 6, 7), handNRT("some", 3, 4, 5), handNRT("lagging", 0, 1, 2, 3),
-				readyNRT(t, "acs", acsAboveGPU0(topology.ACSRedirectBits)))
+				readyNRT(t, "acs", acsAboveGPU0(topology.ACSRedirectBits)), sriovNRT(t, 0, 0))
 			st.Reserve("lagging", "holder", 1<<7, nil)
 			before := counter(t, tc.reason)
 			cycle, s := preFilter(t, pl, makePod("p", tc.pod.gpus, map[string]string{annotations.MaxLevel: "PXB"}, tc.pod.extra...), nodeInfo("big", 16))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
@@ -91,7 +92,28 @@ func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v
 	if st.filterSkipped {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	return nil, nil
+	return pl.vfCandidates(req)
+}
+
+// vfCandidates narrows a required VF pod's nodes to those offering its VF
+// resources (nodeset.go); nil for every other pod (all nodes). With
+// several VF resources it is the smallest of their sets, a superset of the
+// nodes that offer them all.
+func (pl *NICAffinity) vfCandidates(req *request) (*fwk.PreFilterResult, *fwk.Status) {
+	if len(req.vfs) == 0 || !req.rdma || !req.required || pl.args.MissingTopology != MissingReject {
+		return nil, nil
+	}
+	var smallest sets.Set[string]
+	for i, vf := range req.vfs {
+		s := pl.cache.vfNodes(vf.resource)
+		if s.Len() == 0 {
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("no node's NodeResourceTopology offers VFs of %s", vf.resource))
+		}
+		if i == 0 || s.Len() < smallest.Len() {
+			smallest = s
+		}
+	}
+	return &fwk.PreFilterResult{NodeNames: smallest}, nil
 }
 
 // takesLargestNode: the pod asks for at least as many GPUs as the largest
