@@ -56,14 +56,7 @@ func (c *Cache) indexVFs(node string, e *nodeEntry, v *nodeView) {
 	if want == nil && e.vfIndexed == nil {
 		return
 	}
-	var had []string
-	if e.vfIndexed != nil {
-		had = e.vfIndexed.res
-	}
-	var have []string
-	if want != nil {
-		have = want.res
-	}
+	had, have := e.vfIndexed.resources(), want.resources()
 	e.vfIndexed = want
 	if slices.Equal(had, have) {
 		return
@@ -88,10 +81,7 @@ func (c *Cache) indexVFs(node string, e *nodeEntry, v *nodeView) {
 		if slices.Contains(had, res) {
 			continue
 		}
-		s := next.sets[res].Clone()
-		if s == nil {
-			s = sets.New[string]()
-		}
+		s := next.sets[res].Clone() // a nil set clones to an empty one
 		s.Insert(node)
 		next.sets[res] = s
 	}
@@ -103,4 +93,12 @@ func (c *Cache) indexVFs(node string, e *nodeEntry, v *nodeView) {
 type nodeEntryVFs struct {
 	compiled *nrt.Compiled
 	res      []string
+}
+
+// resources are the VF resources indexed (none for nil).
+func (x *nodeEntryVFs) resources() []string {
+	if x == nil {
+		return nil
+	}
+	return x.res
 }
