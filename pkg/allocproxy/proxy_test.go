@@ -53,6 +53,15 @@ type testKubelet struct {
 	allocated map[string]map[string]string // resource -> device -> pod
 	holding   map[string]map[string]bool   // pod -> resources
 	envs      map[string]map[string]string // pod/resource -> the Allocate response's env
+	// connectDelay holds every connection back this long after the
+	// plugin's options are read, as a loaded kubelet can: the plugin's
+	// Register call may time out before the kubelet answers it, and the
+	// kubelet takes the registration all the same.
+	connectDelay time.Duration
+	// refuseConnected refuses a plugin on a socket that is connected
+	// already, as the device manager does ("device plugin already
+	// connected").
+	refuseConnected bool
 }
 
 func startKubelet(t *testing.T, dir string) *testKubelet {
@@ -98,9 +107,19 @@ func (k *testKubelet) CleanupPluginDirectory(_ klog.Logger, dir string) error {
 	return nil
 }
 
-func (k *testKubelet) PluginConnected(_ context.Context, resource string, p kubeletplugin.DevicePlugin) error {
+func (k *testKubelet) PluginConnected(ctx context.Context, resource string, p kubeletplugin.DevicePlugin) error {
+	if _, err := p.API().GetDevicePluginOptions(ctx, &pluginapi.Empty{}); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	delay := k.connectDelay
+	k.mu.Unlock()
+	time.Sleep(delay)
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if old, ok := k.plugins[resource]; ok && k.refuseConnected && old.SocketPath() == p.SocketPath() {
+		return fmt.Errorf("device plugin already connected: %s", p.SocketPath())
+	}
 	k.plugins[resource] = p
 	return nil
 }
@@ -576,6 +595,39 @@ func TestProxyRestarts(t *testing.T) {
 	if got := e.kubelet.admit("ml/after-proxy", gpuRes, 1); !slices.Equal(got, ids("GPU-", 3)) {
 		t.Errorf("after the proxy restart: %v, want GPU-3", got)
 	}
+}
+
+// TestProxyRegistrationTakenLate: a kubelet that takes the front's
+// registration after the proxy's call to it has timed out. Registering the
+// same socket again would be refused, and the refusal drops the kubelet's
+// client of the connected front, so the kubelet would never see the front
+// go. The proxy waits for the kubelet's ListAndWatch instead, and when
+// the proxy stops the kubelet loses the resource.
+func TestProxyRegistrationTakenLate(t *testing.T) {
+	e := startEnv(t)
+	waitFor(t, "the kubelet to take the first proxy's registration", func() bool { return e.kubelet.connected(gpuRes) })
+	e.stopProxy()
+	waitFor(t, "the kubelet to lose the first proxy's GPUs", func() bool { return !e.kubelet.connected(gpuRes) })
+	e.kubelet.mu.Lock()
+	e.kubelet.connectDelay, e.kubelet.refuseConnected = 3*e.cfg.Timeout, true
+	e.kubelet.mu.Unlock()
+	e.startProxy()
+	waitFor(t, "the kubelet to take the slow registration", func() bool { return e.kubelet.connected(gpuRes) })
+	// Long enough for the proxy to poll many times.
+	time.Sleep(2 * e.kubelet.connectDelay)
+	if n := testutil.ToFloat64(e.proxy.Metrics().Registrations.WithLabelValues("kubelet", "ok")) + testutil.ToFloat64(e.proxy.Metrics().Registrations.WithLabelValues("kubelet", "error")); n > 2 {
+		t.Errorf("the proxy registered with the kubelet %v times; want one per resource", n)
+	}
+	e.stopProxy()
+	waitFor(t, "the kubelet to lose the stopped proxy's GPUs", func() bool { return !e.kubelet.connected(gpuRes) })
+}
+
+// connected is whether the kubelet has a plugin for resource.
+func (k *testKubelet) connected(resource string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.plugins[resource]
+	return ok
 }
 
 // tryAdmit admits when the kubelet's connection works and reports whether

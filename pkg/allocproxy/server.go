@@ -263,9 +263,9 @@ func (p *Proxy) Run(ctx context.Context) error {
 					continue
 				}
 				f.registered.Store(false)
+				f.holdUntil.Store(0)
 			}
-			if !f.registered.Load() && p.registerWithKubelet(ctx, f) == nil {
-				f.registered.Store(true)
+			if !f.registered.Load() && p.registerFront(ctx, f) {
 				// The kubelet that took the registration serves
 				// kubelet.sock now; it is not the one stat'd above when it
 				// started between that stat and the socket check (it wiped
@@ -373,9 +373,12 @@ func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequ
 	p.mu.Unlock()
 	p.metrics.Registrations.WithLabelValues("vendor", "ok").Inc()
 	klog.InfoS("Vendor plugin registered", "resource", req.ResourceName, "endpoint", req.Endpoint, "preferredAllocation", req.GetOptions().GetGetPreferredAllocationAvailable())
-	// Registered with the kubelet by Run's loop at once, and again after
-	// every kubelet restart.
-	f.registered.Store(p.registerWithKubelet(ctx, f) == nil)
+	// Registered with the kubelet now, and by Run's loop again after every
+	// kubelet restart. Not in this call: a slow kubelet would hold the
+	// vendor's registration (and, through regMu, every other vendor's)
+	// past the vendor's own timeout, and a vendor that gives up registers
+	// again.
+	go p.registerFront(context.WithoutCancel(ctx), f)
 	return &pluginapi.Empty{}, nil
 }
 
@@ -419,6 +422,9 @@ type front struct {
 	// registered: the kubelet has taken the front's registration since
 	// the front last (re)started serving.
 	registered atomic.Bool
+	// holdUntil (Unix nanoseconds): no registration before then, while
+	// the kubelet may still take one that timed out (registerFront).
+	holdUntil atomic.Int64
 }
 
 func (p *Proxy) newFront(req *pluginapi.RegisterRequest) (*front, error) {
@@ -526,6 +532,49 @@ func (f *front) stop() {
 	_ = f.conn.Close()
 }
 
+// kubeletConnectWindow is how long after a registration call timed out
+// the kubelet may still take it: its device manager answers the call only
+// once it has dialled the plugin back (for up to 10 s) and read its
+// options, and it keeps the connection when our side gave up first.
+const kubeletConnectWindow = 10 * time.Second
+
+// registerFront registers f with the kubelet unless a registration that
+// timed out may still be taken, and reports whether it registered.
+//
+// A second registration on a socket the kubelet is connected to is
+// refused ("device plugin already connected"), and the refusal drops the
+// kubelet's client of the connected endpoint as well: nothing then tells
+// the kubelet when the front goes, it keeps offering the devices, and it
+// refuses every later registration of the socket
+// (kubernetes/kubernetes#139338). So after a call that may have reached
+// the kubelet and failed (timed out, cancelled, refused) the front waits:
+// the kubelet's ListAndWatch on the front marks it registered, and only
+// when none comes within kubeletConnectWindow does it register again. A
+// kubelet that cannot be reached (Unavailable) is tried at once.
+//
+// One registration of a front is in flight at a time (the vendor's
+// registration and Run's loop both register): the call holds the others
+// off for as long as it and the window after it may last.
+func (p *Proxy) registerFront(ctx context.Context, f *front) bool {
+	now := p.now()
+	held := f.holdUntil.Load()
+	if now.UnixNano() < held || !f.holdUntil.CompareAndSwap(held, now.Add(p.cfg.Timeout+kubeletConnectWindow).UnixNano()) {
+		return false
+	}
+	err := p.registerWithKubelet(ctx, f)
+	switch {
+	case err == nil:
+		f.registered.Store(true)
+		f.holdUntil.Store(0)
+		return true
+	case status.Code(err) == codes.Unavailable: // no kubelet to take it: try again at the next tick
+		f.holdUntil.Store(0)
+	default: // timed out, cancelled or refused: the kubelet may have it
+		f.holdUntil.Store(p.now().Add(kubeletConnectWindow).UnixNano())
+	}
+	return false
+}
+
 func (p *Proxy) registerWithKubelet(ctx context.Context, f *front) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
@@ -579,6 +628,10 @@ func (s *frontServer) GetDevicePluginOptions(ctx context.Context, e *pluginapi.E
 // error and the front registers again. Later lists come when devices
 // change, so only the first is timed.
 func (s *frontServer) ListAndWatch(e *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	// Only a kubelet that took the front's registration opens this
+	// stream, whether or not its answer to the registration arrived.
+	s.f.registered.Store(true)
+	s.f.holdUntil.Store(0)
 	for {
 		vendor, _, swapped := s.f.current()
 		err := s.relay(vendor, e, stream)
