@@ -564,8 +564,7 @@ func (p *Proxy) registerFront(ctx context.Context, f *front) bool {
 	err := p.registerWithKubelet(ctx, f)
 	switch {
 	case err == nil:
-		f.registered.Store(true)
-		f.holdUntil.Store(0)
+		f.taken()
 		return true
 	case status.Code(err) == codes.Unavailable: // no kubelet to take it: try again at the next tick
 		f.holdUntil.Store(0)
@@ -573,6 +572,12 @@ func (p *Proxy) registerFront(ctx context.Context, f *front) bool {
 		f.holdUntil.Store(p.now().Add(kubeletConnectWindow).UnixNano())
 	}
 	return false
+}
+
+// taken records that the kubelet holds the front's registration.
+func (f *front) taken() {
+	f.registered.Store(true)
+	f.holdUntil.Store(0)
 }
 
 func (p *Proxy) registerWithKubelet(ctx context.Context, f *front) error {
@@ -630,8 +635,7 @@ func (s *frontServer) GetDevicePluginOptions(ctx context.Context, e *pluginapi.E
 func (s *frontServer) ListAndWatch(e *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	// Only a kubelet that took the front's registration opens this
 	// stream, whether or not its answer to the registration arrived.
-	s.f.registered.Store(true)
-	s.f.holdUntil.Store(0)
+	s.f.taken()
 	for {
 		vendor, _, swapped := s.f.current()
 		err := s.relay(vendor, e, stream)
