@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,6 +54,9 @@ type testKubelet struct {
 	allocated map[string]map[string]string // resource -> device -> pod
 	holding   map[string]map[string]bool   // pod -> resources
 	envs      map[string]map[string]string // pod/resource -> the Allocate response's env
+	// preStart: PreStartRequired as each resource's plugin gave it when it
+	// connected (the device manager reads options only then).
+	preStart map[string]bool
 	// connectDelay holds every connection back this long after the
 	// plugin's options are read, as a loaded kubelet can: the plugin's
 	// Register call may time out before the kubelet answers it, and the
@@ -66,7 +70,7 @@ type testKubelet struct {
 
 func startKubelet(t *testing.T, dir string) *testKubelet {
 	k := &testKubelet{t: t, dir: dir, plugins: map[string]kubeletplugin.DevicePlugin{}, devices: map[string][]string{},
-		allocated: map[string]map[string]string{}, holding: map[string]map[string]bool{}, envs: map[string]map[string]string{}}
+		allocated: map[string]map[string]string{}, holding: map[string]map[string]bool{}, envs: map[string]map[string]string{}, preStart: map[string]bool{}}
 	k.start()
 	return k
 }
@@ -108,7 +112,8 @@ func (k *testKubelet) CleanupPluginDirectory(_ klog.Logger, dir string) error {
 }
 
 func (k *testKubelet) PluginConnected(ctx context.Context, resource string, p kubeletplugin.DevicePlugin) error {
-	if _, err := p.API().GetDevicePluginOptions(ctx, &pluginapi.Empty{}); err != nil {
+	opts, err := p.API().GetDevicePluginOptions(ctx, &pluginapi.Empty{})
+	if err != nil {
 		return err
 	}
 	k.mu.Lock()
@@ -121,6 +126,7 @@ func (k *testKubelet) PluginConnected(ctx context.Context, resource string, p ku
 		return fmt.Errorf("device plugin already connected: %s", p.SocketPath())
 	}
 	k.plugins[resource] = p
+	k.preStart[resource] = opts.PreStartRequired
 	return nil
 }
 
@@ -266,6 +272,7 @@ type vendor struct {
 	ids      []string
 	prefer   func(available, must []string, size int) []string
 	hang     bool
+	preStart atomic.Bool // PreStartRequired in its options
 
 	mu          sync.Mutex
 	allocations [][]string
@@ -294,18 +301,8 @@ func (v *vendor) registerLoop(ctx context.Context) {
 	reg := filepath.Join(v.dir, "kubelet.sock")
 	var done fileID
 	for ctx.Err() == nil {
-		if id := fileIDOf(reg); id != (fileID{}) && id != done {
-			conn, err := grpc.NewClient("unix://"+reg, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err == nil {
-				rctx, cancel := context.WithTimeout(ctx, time.Second)
-				_, err = pluginapi.NewRegistrationClient(conn).Register(rctx, &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: v.endpoint, ResourceName: v.resource,
-					Options: &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: v.prefer != nil}})
-				cancel()
-				_ = conn.Close()
-			}
-			if err == nil {
-				done = id
-			}
+		if id := fileIDOf(reg); id != (fileID{}) && id != done && v.register(ctx) == nil {
+			done = id
 		}
 		select {
 		case <-ctx.Done():
@@ -315,7 +312,24 @@ func (v *vendor) registerLoop(ctx context.Context) {
 }
 
 func (v *vendor) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
-	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: v.prefer != nil}, nil
+	return v.options(), nil
+}
+
+func (v *vendor) options() *pluginapi.DevicePluginOptions {
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: v.prefer != nil, PreStartRequired: v.preStart.Load()}
+}
+
+// register registers the vendor with the proxy once.
+func (v *vendor) register(ctx context.Context) error {
+	conn, err := grpc.NewClient("unix://"+filepath.Join(v.dir, "kubelet.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: v.endpoint, ResourceName: v.resource, Options: v.options()})
+	return err
 }
 
 func (v *vendor) ListAndWatch(_ *pluginapi.Empty, s grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
@@ -620,6 +634,60 @@ func TestProxyRegistrationTakenLate(t *testing.T) {
 	}
 	e.stopProxy()
 	waitFor(t, "the kubelet to lose the stopped proxy's GPUs", func() bool { return !e.kubelet.connected(gpuRes) })
+}
+
+// TestProxyVendorOptionsChange: the vendor registers again with
+// PreStartRequired changed. The kubelet reads a plugin's options only when
+// it connects, and refuses a second registration of a socket it is
+// connected to (which would leave it stuck), so the front serves anew and
+// registers again once the kubelet has let the old connection go.
+func TestProxyVendorOptionsChange(t *testing.T) {
+	e := startEnv(t)
+	e.kubelet.mu.Lock()
+	e.kubelet.refuseConnected = true
+	e.kubelet.mu.Unlock()
+	waitFor(t, "the kubelet to take the front's registration", func() bool { return e.kubelet.connected(gpuRes) })
+	if e.kubelet.preStartRequired(gpuRes) {
+		t.Fatal("PreStartRequired before the vendor asked for it")
+	}
+	e.gpu.preStart.Store(true)
+	if err := e.gpu.register(context.Background()); err != nil {
+		t.Fatalf("the vendor's second registration: %v", err)
+	}
+	waitFor(t, "the kubelet to connect again and read PreStartRequired", func() bool { return e.kubelet.preStartRequired(gpuRes) })
+	e.plan("after-options", 1, []int{2}, 0)
+	waitFor(t, "an admission through the front", func() bool { return e.tryAdmit("ml/after-options", 1, ids("GPU-", 2)) })
+	if n := testutil.ToFloat64(e.proxy.Metrics().Registrations.WithLabelValues("kubelet", "error")); n != 0 {
+		t.Errorf("%v registrations with the kubelet failed; want none", n)
+	}
+	e.stopProxy()
+	waitFor(t, "the kubelet to lose the stopped proxy's GPUs", func() bool { return !e.kubelet.connected(gpuRes) })
+}
+
+// TestProxyVendorAwayLong: the vendor stays away longer than the relay
+// waits for it, so the front's stream ends and the kubelet lets the front
+// go. When the vendor registers again, the kubelet must be given the front
+// again, or it never offers the resource again.
+func TestProxyVendorAwayLong(t *testing.T) {
+	e := startEnv(t)
+	e.stopProxy()
+	e.cfg.CallTimeout = 300 * time.Millisecond
+	e.startProxy()
+	waitFor(t, "the kubelet to take the front's registration", func() bool { return e.kubelet.connected(gpuRes) })
+	e.gpu.stop()
+	waitFor(t, "the kubelet to let the front go", func() bool { return !e.kubelet.connected(gpuRes) })
+	e.gpu = startVendor(t, e.cfg.VendorDir, "nvidia-gpu-2.sock", gpuRes, ids("GPU-", 0, 1, 2, 3, 4, 5, 6, 7), e.bestEffort)
+	e.plan("after-away", 1, []int{4}, 0)
+	waitFor(t, "an admission through the front", func() bool {
+		return e.kubelet.connected(gpuRes) && e.tryAdmit("ml/after-away", 1, ids("GPU-", 4))
+	})
+}
+
+func (k *testKubelet) preStartRequired(resource string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.plugins[resource]
+	return ok && k.preStart[resource]
 }
 
 // connected is whether the kubelet has a plugin for resource.

@@ -258,14 +258,12 @@ func (p *Proxy) Run(ctx context.Context) error {
 			// starts: serve ours again and register again.
 			if restarted || !exists(f.socket) {
 				klog.InfoS("The kubelet restarted or our socket went: registering again", "resource", f.resource)
-				if err := f.serve(); err != nil {
+				if err := f.serve(time.Time{}); err != nil {
 					klog.ErrorS(err, "Serving the kubelet again", "resource", f.resource)
 					continue
 				}
-				f.registered.Store(false)
-				f.holdUntil.Store(0)
 			}
-			if !f.registered.Load() && p.registerFront(ctx, f) {
+			if !f.isRegistered() && p.registerFront(ctx, f) {
 				// The kubelet that took the registration serves
 				// kubelet.sock now; it is not the one stat'd above when it
 				// started between that stat and the socket check (it wiped
@@ -352,8 +350,11 @@ func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequ
 			p.metrics.Registrations.WithLabelValues("vendor", "ok").Inc()
 			klog.InfoS("Vendor plugin registered again; the kubelet keeps its front", "resource", req.ResourceName, "endpoint", req.Endpoint)
 			if !same {
-				// PreStartRequired changed: the kubelet must hear it.
-				old.registered.Store(p.registerWithKubelet(ctx, old) == nil)
+				// PreStartRequired changed: the kubelet reads a plugin's
+				// options only when it connects, so it must connect anew.
+				if err := old.reconnect(); err != nil {
+					klog.ErrorS(err, "Serving the kubelet again after the vendor's options changed", "resource", req.ResourceName)
+				}
 			}
 			return &pluginapi.Empty{}, nil
 		}
@@ -419,12 +420,17 @@ type front struct {
 	swapped chan struct{}
 	srv     *grpc.Server
 	stopped bool // replaced or shut down: never serves again
+	// serving counts the front's (re)starts of its socket: a registration
+	// answered after the socket it registered was served anew says nothing
+	// of the new one.
+	serving uint64
 	// registered: the kubelet has taken the front's registration since
 	// the front last (re)started serving.
-	registered atomic.Bool
-	// holdUntil (Unix nanoseconds): no registration before then, while
-	// the kubelet may still take one that timed out (registerFront).
-	holdUntil atomic.Int64
+	registered bool
+	// holdUntil: no registration before then, while the kubelet may still
+	// take one that timed out or still hold the socket served before
+	// (registerFront, reconnect).
+	holdUntil time.Time
 }
 
 func (p *Proxy) newFront(req *pluginapi.RegisterRequest) (*front, error) {
@@ -438,7 +444,7 @@ func (p *Proxy) newFront(req *pluginapi.RegisterRequest) (*front, error) {
 	if f.opts == nil {
 		f.opts = &pluginapi.DevicePluginOptions{}
 	}
-	if err := f.serve(); err != nil {
+	if err := f.serve(time.Time{}); err != nil {
 		_ = conn.Close()
 		return nil, err
 	}
@@ -499,8 +505,9 @@ func FrontSocket(resource string) string {
 	return "nicaffinity-" + readable + "-" + hex.EncodeToString(sum[:6]) + ".sock"
 }
 
-// serve (re)creates the front's socket in the kubelet's directory.
-func (f *front) serve() error {
+// serve (re)creates the front's socket in the kubelet's directory, to be
+// registered with the kubelet from hold on.
+func (f *front) serve(hold time.Time) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stopped {
@@ -517,7 +524,27 @@ func (f *front) serve() error {
 	f.srv = grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(f.srv, &frontServer{f: f})
 	go func(s *grpc.Server) { _ = s.Serve(l) }(f.srv)
+	f.serving++
+	f.registered, f.holdUntil = false, hold
 	return nil
+}
+
+// kubeletDisconnectWindow is how long the kubelet is given to let a
+// front go whose ListAndWatch stream ended: its device plugin client
+// disconnects as soon as the stream's receive fails, without a call or a
+// timer in between.
+const kubeletDisconnectWindow = time.Second
+
+// reconnect makes the kubelet connect to the front anew, as it must to
+// read options that changed. Registering the connected socket again would
+// be refused, and leave the kubelet stuck (registerFront). So the front
+// serves its socket anew, which ends the kubelet's ListAndWatch stream
+// and with it the kubelet's client of the old socket, and Run's loop
+// registers it again after kubeletDisconnectWindow. Until then the
+// kubelet holds the resource's devices as unhealthy, as it does through
+// any device plugin's restart.
+func (f *front) reconnect() error {
+	return f.serve(f.p.now().Add(kubeletDisconnectWindow))
 }
 
 func (f *front) stop() {
@@ -556,28 +583,59 @@ const kubeletConnectWindow = 10 * time.Second
 // registration and Run's loop both register): the call holds the others
 // off for as long as it and the window after it may last.
 func (p *Proxy) registerFront(ctx context.Context, f *front) bool {
+	f.mu.Lock()
 	now := p.now()
-	held := f.holdUntil.Load()
-	if now.UnixNano() < held || !f.holdUntil.CompareAndSwap(held, now.Add(p.cfg.Timeout+kubeletConnectWindow).UnixNano()) {
+	if f.stopped || now.Before(f.holdUntil) {
+		f.mu.Unlock()
 		return false
 	}
+	f.holdUntil = now.Add(p.cfg.Timeout + kubeletConnectWindow)
+	serving := f.serving
+	f.mu.Unlock()
+
 	err := p.registerWithKubelet(ctx, f)
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	switch {
+	case f.serving != serving: // the socket was served anew since: that decides
+		return false
 	case err == nil:
-		f.taken()
+		f.registered, f.holdUntil = true, time.Time{}
 		return true
 	case status.Code(err) == codes.Unavailable: // no kubelet to take it: try again at the next tick
-		f.holdUntil.Store(0)
+		f.holdUntil = time.Time{}
 	default: // timed out, cancelled or refused: the kubelet may have it
-		f.holdUntil.Store(p.now().Add(kubeletConnectWindow).UnixNano())
+		f.holdUntil = p.now().Add(kubeletConnectWindow)
 	}
 	return false
 }
 
-// taken records that the kubelet holds the front's registration.
-func (f *front) taken() {
-	f.registered.Store(true)
-	f.holdUntil.Store(0)
+// taken records that the kubelet holds the front's registration, and
+// returns the count of the socket it holds (serving).
+func (f *front) taken() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.registered, f.holdUntil = true, time.Time{}
+	return f.serving
+}
+
+// lost records that the kubelet lets the front go, as it does when the
+// front ends its ListAndWatch stream, unless the socket has been served
+// anew since (serving). The front registers again once the kubelet has
+// had kubeletDisconnectWindow to let it go: before, the kubelet would
+// refuse it as connected.
+func (f *front) lost(serving uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.serving == serving && !f.stopped {
+		f.registered, f.holdUntil = false, f.p.now().Add(kubeletDisconnectWindow)
+	}
+}
+
+func (f *front) isRegistered() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.registered
 }
 
 func (p *Proxy) registerWithKubelet(ctx context.Context, f *front) error {
@@ -629,13 +687,22 @@ func (s *frontServer) GetDevicePluginOptions(ctx context.Context, e *pluginapi.E
 // new one. The kubelet, whose device manager marks a resource unhealthy
 // when its stream ends, sees nothing of a vendor restart. The vendor must
 // send its first list within CallTimeout (a device plugin sends one at
-// once); a vendor that hangs gets the stream cut, the kubelet sees an
-// error and the front registers again. Later lists come when devices
-// change, so only the first is timed.
+// once); a vendor that hangs gets the stream cut. Later lists come when
+// devices change, so only the first is timed.
+//
+// When the front ends the stream (the vendor stayed away, or hung), the
+// kubelet lets the front go and never dials it again by itself, so the
+// front registers again (a vendor that is still away fails that
+// registration, and it is tried again until the vendor is back).
 func (s *frontServer) ListAndWatch(e *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	// Only a kubelet that took the front's registration opens this
 	// stream, whether or not its answer to the registration arrived.
-	s.f.taken()
+	serving := s.f.taken()
+	defer func() {
+		if stream.Context().Err() == nil {
+			s.f.lost(serving)
+		}
+	}()
 	for {
 		vendor, _, swapped := s.f.current()
 		err := s.relay(vendor, e, stream)
@@ -667,7 +734,6 @@ func (s *frontServer) relay(vendor pluginapi.DevicePluginClient, e *pluginapi.Em
 	for {
 		resp, err := vs.Recv()
 		if first.Stop(); late.Load() {
-			s.f.registered.Store(false)
 			return status.Errorf(codes.DeadlineExceeded, "%s: the device plugin sent no device list within %s", s.f.resource, s.f.p.cfg.CallTimeout)
 		}
 		if err != nil {

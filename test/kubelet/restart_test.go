@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nicaffinity/nicaffinity/pkg/allocproxy"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
 )
 
@@ -149,4 +150,25 @@ func TestRealKubeletRestarts(t *testing.T) {
 		e.delete(t, admitted)
 		e.delete(t, pending)
 	}
+}
+
+// TestRealKubeletVendorAwayLong: the vendor plugin stays away longer than
+// the proxy's --call-timeout. The front ends its ListAndWatch stream and
+// the kubelet lets the resource go (no healthy GPUs), and it never dials a
+// plugin again by itself: when the vendor is back, the proxy must register
+// the front again for the kubelet to offer the GPUs and admit a pod.
+func TestRealKubeletVendorAwayLong(t *testing.T) {
+	e := startEnv(t, nodeSpec{name: "half", machine: machines.HalfNICs, proxy: func(c *allocproxy.Config) { c.CallTimeout = time.Second }})
+	n := e.nodes["half"]
+	n.mu.Lock()
+	v := n.vendors[gpuRes]
+	n.mu.Unlock()
+	v.Stop()
+	n.waitDevices(gpuRes, 0)
+	n.startVendor(gpuRes)
+	n.waitDevices(gpuRes, len(n.topo.GPUs))
+	n.waitAllocatable(gpuRes, len(n.topo.GPUs))
+	e.submit(t, podSpec{name: "after-away", gpus: 1, rdma: true})
+	e.waitPhase(t, "after-away", corev1.PodRunning)
+	e.followsPlan(t, "after-away")
 }
