@@ -40,28 +40,40 @@ func startEnv(t *testing.T, specs ...cluster.NodeSpec) *env {
 
 func startEnvWith(t *testing.T, opts cluster.Options, specs ...cluster.NodeSpec) *env {
 	t.Helper()
+	e := startCluster(t, opts, specs...)
+	e.startScheduler(t)
+	return e
+}
+
+// startCluster is startEnvWith without the scheduler (startScheduler): a
+// test that changes the node side before any scheduling starts the
+// scheduler after, so that its first view already holds the change.
+func startCluster(t *testing.T, opts cluster.Options, specs ...cluster.NodeSpec) *env {
+	t.Helper()
 	cp := controlplane.Start(t)
-	e := &env{cp: cp, cl: cluster.Start(t, cp, opts, specs...)}
+	e := &env{cp: cp, cl: cluster.Start(t, cp, opts, specs...), stopSched: func() {}}
 	for _, s := range specs {
 		e.waitNRT(t, s.Name, func(*v1alpha2.NodeResourceTopology) bool { return true })
 	}
+	return e
+}
+
+// startScheduler starts the scheduler with the shipped configuration plus
+// a default-scheduler profile.
+func (e *env) startScheduler(t *testing.T) {
+	t.Helper()
 	cfg, err := schedulerrun.ShippedConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.stopSched = schedulerrun.Start(t, cp, schedulerrun.WithDefaultProfile(cfg))
-	return e
+	e.stopSched = schedulerrun.Start(t, e.cp, schedulerrun.WithDefaultProfile(cfg))
 }
 
 // restartScheduler stops the scheduler and starts a fresh one (empty cache).
 func (e *env) restartScheduler(t *testing.T) {
 	t.Helper()
 	e.stopSched()
-	cfg, err := schedulerrun.ShippedConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.stopSched = schedulerrun.Start(t, e.cp, schedulerrun.WithDefaultProfile(cfg))
+	e.startScheduler(t)
 }
 
 func (e *env) waitNRT(t *testing.T, node string, cond func(*v1alpha2.NodeResourceTopology) bool) {
@@ -296,8 +308,14 @@ func (e *env) checkPlansDisjointAndFollowed(t *testing.T, names []string) {
 // TestE2ETopologyUnavailable: a node whose object is deleted (exporter
 // stopped) or garbled is "topology unknown": required pods are rejected there
 // with the reason, and placed once the exporter publishes again.
+//
+// The scheduler starts after the objects are deleted and garbled: the pod
+// and the object events come on different informers, so a scheduler
+// already running could place the pod on the last good version it holds
+// (correctly, by what it had seen), and the test would wait in vain for the
+// rejection. The exporter's return is a live event.
 func TestE2ETopologyUnavailable(t *testing.T) {
-	e := startEnv(t, cluster.NodeSpec{Name: "gone", Machine: machines.HGXH100}, cluster.NodeSpec{Name: "garbled", Machine: machines.HGXH100})
+	e := startCluster(t, cluster.DefaultOptions(), cluster.NodeSpec{Name: "gone", Machine: machines.HGXH100}, cluster.NodeSpec{Name: "garbled", Machine: machines.HGXH100})
 	ctx := context.Background()
 	e.cl.Nodes["gone"].StopExporter()
 	if err := e.cp.NRT.TopologyV1alpha2().NodeResourceTopologies().Delete(ctx, "gone", metav1.DeleteOptions{}); err != nil {
@@ -308,6 +326,7 @@ func TestE2ETopologyUnavailable(t *testing.T) {
 	if _, err := e.cp.NRT.TopologyV1alpha2().NodeResourceTopologies().Patch(ctx, "garbled", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	e.startScheduler(t)
 	e.submit(t, "waiting", 2, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
 	msg := waitFailedScheduling(t, e.cp, "waiting")
 	for _, want := range []string{"no NodeResourceTopology for this node", "NodeResourceTopology cannot be read"} {
@@ -342,7 +361,13 @@ func waitFailedScheduling(t *testing.T, cp *controlplane.ControlPlane, pod strin
 		}
 		return false, nil
 	}); err != nil {
-		t.Fatalf("no FailedScheduling for %s: %v", pod, err)
+		where := "not bound"
+		if p, err := cp.Kube.CoreV1().Pods("default").Get(context.Background(), pod, metav1.GetOptions{}); err != nil {
+			where = err.Error()
+		} else if p.Spec.NodeName != "" {
+			where = "bound to " + p.Spec.NodeName
+		}
+		t.Fatalf("no FailedScheduling for %s (%s; its events: %s): %v", pod, where, eventsOf(t, cp, pod), err)
 	}
 	return msg
 }
