@@ -275,6 +275,13 @@ func (s *Scheduler) setup(ctx context.Context, opts *options.Options, o Options)
 // own while the test runs fails the test.
 func Start(t ktesting.TB, cp *controlplane.ControlPlane, cfg string) (stop func()) {
 	t.Helper()
+	return Started(t, cp, cfg).Stop
+}
+
+// Started is Start for a test that also reads the scheduler's state (its
+// plugin's objects, PluginObjects).
+func Started(t ktesting.TB, cp *controlplane.ControlPlane, cfg string) *Scheduler {
+	t.Helper()
 	s, err := Run(context.Background(), cp, cfg, t.TempDir(), Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -287,7 +294,7 @@ func Start(t ktesting.TB, cp *controlplane.ControlPlane, cfg string) (stop func(
 		}
 	}()
 	t.Cleanup(s.Stop)
-	return s.Stop
+	return s
 }
 
 // configzName is the name kube-scheduler registers its configuration under.

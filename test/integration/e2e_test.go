@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
@@ -31,6 +32,9 @@ type env struct {
 	cp        *controlplane.ControlPlane
 	cl        *cluster.Cluster
 	stopSched func()
+	// sched is the scheduler startScheduler started (nil before, or when
+	// a test starts its own).
+	sched *schedulerrun.Scheduler
 }
 
 func startEnv(t *testing.T, specs ...cluster.NodeSpec) *env {
@@ -40,21 +44,12 @@ func startEnv(t *testing.T, specs ...cluster.NodeSpec) *env {
 
 func startEnvWith(t *testing.T, opts cluster.Options, specs ...cluster.NodeSpec) *env {
 	t.Helper()
-	e := startCluster(t, opts, specs...)
-	e.startScheduler(t)
-	return e
-}
-
-// startCluster is startEnvWith without the scheduler (startScheduler): a
-// test that changes the node side before any scheduling starts the
-// scheduler after, so that its first view already holds the change.
-func startCluster(t *testing.T, opts cluster.Options, specs ...cluster.NodeSpec) *env {
-	t.Helper()
 	cp := controlplane.Start(t)
-	e := &env{cp: cp, cl: cluster.Start(t, cp, opts, specs...), stopSched: func() {}}
+	e := &env{cp: cp, cl: cluster.Start(t, cp, opts, specs...)}
 	for _, s := range specs {
 		e.waitNRT(t, s.Name, func(*v1alpha2.NodeResourceTopology) bool { return true })
 	}
+	e.startScheduler(t)
 	return e
 }
 
@@ -66,7 +61,32 @@ func (e *env) startScheduler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.stopSched = schedulerrun.Start(t, e.cp, schedulerrun.WithDefaultProfile(cfg))
+	e.sched = schedulerrun.Started(t, e.cp, schedulerrun.WithDefaultProfile(cfg))
+	e.stopSched = e.sched.Stop
+}
+
+// waitPluginObjects waits until the nicaffinity plugin's store holds
+// exactly the NodeResourceTopology objects the apiserver serves, each at
+// its resourceVersion. The pod and object events come on different
+// informers, so a test that changes objects and then submits a pod waits
+// here first: else the scheduler may decide on the versions before.
+func (e *env) waitPluginObjects(t *testing.T) {
+	t.Helper()
+	var want, got map[string]string
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := e.cp.NRT.TopologyV1alpha2().NodeResourceTopologies().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		want = map[string]string{}
+		for _, o := range list.Items {
+			want[o.Name] = o.ResourceVersion
+		}
+		got = e.sched.PluginObjects()
+		return cmp.Equal(want, got), nil
+	}); err != nil {
+		t.Fatalf("the plugin's objects (-apiserver,+plugin):\n%s", cmp.Diff(want, got))
+	}
 }
 
 // restartScheduler stops the scheduler and starts a fresh one (empty cache).
@@ -308,14 +328,8 @@ func (e *env) checkPlansDisjointAndFollowed(t *testing.T, names []string) {
 // TestE2ETopologyUnavailable: a node whose object is deleted (exporter
 // stopped) or garbled is "topology unknown": required pods are rejected there
 // with the reason, and placed once the exporter publishes again.
-//
-// The scheduler starts after the objects are deleted and garbled: the pod
-// and the object events come on different informers, so a scheduler
-// already running could place the pod on the last good version it holds
-// (correctly, by what it had seen), and the test would wait in vain for the
-// rejection. The exporter's return is a live event.
 func TestE2ETopologyUnavailable(t *testing.T) {
-	e := startCluster(t, cluster.DefaultOptions(), cluster.NodeSpec{Name: "gone", Machine: machines.HGXH100}, cluster.NodeSpec{Name: "garbled", Machine: machines.HGXH100})
+	e := startEnv(t, cluster.NodeSpec{Name: "gone", Machine: machines.HGXH100}, cluster.NodeSpec{Name: "garbled", Machine: machines.HGXH100})
 	ctx := context.Background()
 	e.cl.Nodes["gone"].StopExporter()
 	if err := e.cp.NRT.TopologyV1alpha2().NodeResourceTopologies().Delete(ctx, "gone", metav1.DeleteOptions{}); err != nil {
@@ -326,7 +340,9 @@ func TestE2ETopologyUnavailable(t *testing.T) {
 	if _, err := e.cp.NRT.TopologyV1alpha2().NodeResourceTopologies().Patch(ctx, "garbled", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.startScheduler(t)
+	// A scheduler that had not seen the changes would place the pod, by
+	// what it had seen, and the rejection would never come.
+	e.waitPluginObjects(t)
 	e.submit(t, "waiting", 2, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
 	msg := waitFailedScheduling(t, e.cp, "waiting")
 	for _, want := range []string{"no NodeResourceTopology for this node", "NodeResourceTopology cannot be read"} {
