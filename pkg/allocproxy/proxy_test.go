@@ -413,7 +413,12 @@ type env struct {
 
 // HGX H100: GPU i named GPU-<i> by the device plugin; NIC mlx5_i beside it,
 // each with two VFs 0000:f<i>:00.2 and .3.
-func startEnv(t *testing.T) *env {
+func startEnv(t *testing.T) *env { return startEnvWith(t, nil) }
+
+// startEnvWith is startEnv with the proxy's configuration edited before it
+// starts (a restart to change it would race the vendors' first
+// registrations).
+func startEnvWith(t *testing.T, edit func(*Config)) *env {
 	topo, err := machines.Discover(t.TempDir(), machines.HGXH100)
 	if err != nil {
 		t.Fatal(err)
@@ -444,6 +449,9 @@ func startEnv(t *testing.T) *env {
 	}
 	e.cfg = Config{KubeletDir: kubeletDir, VendorDir: vendorDir, Kinds: map[string]Kind{gpuRes: KindGPU, vfRes: KindVF}, VFPF: vfPF, VFRDMA: vfRDMA,
 		Ports: map[string]int{"mlx5_3": 2}, Timeout: 500 * time.Millisecond, Poll: 20 * time.Millisecond}
+	if edit != nil {
+		edit(&e.cfg)
+	}
 	e.startProxy()
 	var gpuIDs []string
 	for i := range topo.GPUs {
@@ -459,10 +467,11 @@ func (e *env) bestEffort(available, must []string, size int) []string {
 }
 
 func (e *env) startProxy() {
-	e.proxy = New(e.cfg, e.plans, e.kubelet, e.events, nil)
+	p, done := New(e.cfg, e.plans, e.kubelet, e.events, nil), make(chan error, 1)
 	ctx, cancel := context.WithCancel(context.Background())
-	e.stop, e.done = cancel, make(chan error, 1)
-	go func() { e.done <- e.proxy.Run(ctx) }()
+	e.proxy, e.stop, e.done = p, cancel, done
+	// p and done, not e's fields: a restart replaces those.
+	go func() { done <- p.Run(ctx) }()
 	e.t.Cleanup(e.stopProxy)
 }
 
@@ -669,10 +678,7 @@ func TestProxyVendorOptionsChange(t *testing.T) {
 // go. When the vendor registers again, the kubelet must be given the front
 // again, or it never offers the resource again.
 func TestProxyVendorAwayLong(t *testing.T) {
-	e := startEnv(t)
-	e.stopProxy()
-	e.cfg.CallTimeout = 300 * time.Millisecond
-	e.startProxy()
+	e := startEnvWith(t, func(c *Config) { c.CallTimeout = 300 * time.Millisecond })
 	waitFor(t, "the kubelet to take the front's registration", func() bool { return e.kubelet.connected(gpuRes) })
 	e.gpu.stop()
 	waitFor(t, "the kubelet to let the front go", func() bool { return !e.kubelet.connected(gpuRes) })
