@@ -29,11 +29,9 @@ import (
 // env is a control plane, simulated nodes with real exporters, and the real
 // scheduler with the shipped configuration plus a default-scheduler profile.
 type env struct {
-	cp        *controlplane.ControlPlane
-	cl        *cluster.Cluster
-	stopSched func()
-	// sched is the scheduler startScheduler started (nil before, or when
-	// a test starts its own).
+	cp *controlplane.ControlPlane
+	cl *cluster.Cluster
+	// sched is the running scheduler (restartScheduler replaces it).
 	sched *schedulerrun.Scheduler
 }
 
@@ -62,7 +60,6 @@ func (e *env) startScheduler(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.sched = schedulerrun.Started(t, e.cp, schedulerrun.WithDefaultProfile(cfg))
-	e.stopSched = e.sched.Stop
 }
 
 // waitPluginObjects waits until the nicaffinity plugin's store holds
@@ -92,7 +89,7 @@ func (e *env) waitPluginObjects(t *testing.T) {
 // restartScheduler stops the scheduler and starts a fresh one (empty cache).
 func (e *env) restartScheduler(t *testing.T) {
 	t.Helper()
-	e.stopSched()
+	e.sched.Stop()
 	e.startScheduler(t)
 }
 

@@ -51,7 +51,7 @@ func startJobsEnv(t *testing.T, nodes ...string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.stopSched = schedulerrun.Start(t, cp, cfg)
+	e.sched = schedulerrun.Started(t, cp, cfg)
 	return e
 }
 
