@@ -203,3 +203,38 @@ func TestForwardedCallDeadlines(t *testing.T) {
 		}
 	}
 }
+
+// TestRegistrationAfterRun: once Run has returned, a registration still
+// reaching the proxy (its handler started before the server stopped) is
+// refused and leaves no front socket in the kubelet's directory, and the
+// fronts Run served are gone.
+func TestRegistrationAfterRun(t *testing.T) {
+	p, r, _ := newRegistrationProxy(t, func(c *Config) { c.Poll = 10 * time.Millisecond })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	if err := register(r, "nvidia.com/gpu", "vendor.sock"); err != nil {
+		t.Fatalf("registration while running: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	err := register(r, "example.com/nic", "nic.sock")
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("registration after Run: %v, want Unavailable", err)
+	}
+	entries, err := os.ReadDir(p.cfg.KubeletDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range entries {
+		if e.Name() != filepath.Base(pluginapi.KubeletSocket) {
+			left = append(left, e.Name())
+		}
+	}
+	if len(left) != 0 {
+		t.Errorf("left in the kubelet's directory after Run: %v", left)
+	}
+}

@@ -157,7 +157,11 @@ type Proxy struct {
 	recorder record.EventRecorder
 	metrics  *Metrics
 
+	// regMu serializes vendor registrations, and Run's cleanup with them:
+	// once Run has returned (closed), no registration makes a front, so
+	// no socket of ours is left in the kubelet's directory.
 	regMu   sync.Mutex
+	closed  bool // under regMu
 	mu      sync.Mutex
 	fronts  map[string]*front
 	claimed map[string]time.Time // namespace/name/resource -> when its plan was handed out
@@ -205,6 +209,7 @@ func (p *Proxy) Metrics() *Metrics { return p.metrics }
 
 // Run serves vendor registrations in VendorDir and keeps every front
 // registered with the kubelet (again after a kubelet restart) until ctx ends.
+// A proxy runs once: after Run returns, registrations are refused.
 func (p *Proxy) Run(ctx context.Context) error {
 	if err := os.MkdirAll(p.cfg.VendorDir, 0o750); err != nil {
 		return err
@@ -224,8 +229,14 @@ func (p *Proxy) Run(ctx context.Context) error {
 	klog.InfoS("Allocation proxy serving vendor registrations", "socket", sock, "kubeletDir", p.cfg.KubeletDir)
 
 	defer func() {
+		// Stop does not wait for handlers in flight: one may still be
+		// making a front. regMu waits it out, and closed refuses any that
+		// starts after.
 		srv.Stop()
 		_ = os.Remove(sock)
+		p.regMu.Lock()
+		defer p.regMu.Unlock()
+		p.closed = true
 		p.mu.Lock()
 		for _, f := range p.fronts {
 			f.stop()
@@ -322,6 +333,9 @@ func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequ
 	// before its new one serves the same socket name.
 	p.regMu.Lock()
 	defer p.regMu.Unlock()
+	if p.closed {
+		return nil, status.Error(codes.Unavailable, "the allocation proxy is stopping")
+	}
 	if err := validRegistration(req); err != nil {
 		p.metrics.Registrations.WithLabelValues("vendor", "refused").Inc()
 		klog.ErrorS(err, "Refused a vendor registration", "resource", req.GetResourceName(), "endpoint", req.GetEndpoint())
