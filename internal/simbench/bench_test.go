@@ -121,12 +121,20 @@ func TestBenchMaxDuration(t *testing.T) {
 }
 
 // TestBenchMixed runs the mixed workload, batches queued: pods without
-// GPUs, two-pod jobs on their rails and VF pods bind in both profiles. The
-// cluster is cramped on purpose: 60 pods on 20 nodes, of which 5 have VFs
-// next to 4 of their 8 GPUs, so pods that need no VF must leave those GPUs
-// to the 12 that do (TestPlansLeaveVFGPUs).
+// GPUs, two-pod jobs on their rails and VF pods bind in both profiles.
+//
+// Every placement order must leave room for the VF pods: a batch stalls
+// otherwise. A fourth of the nodes are H20s with VFs next to 4 of their 8
+// GPUs, so M nodes have M such GPUs, and a VF pod can take no other. Of N
+// mixed pods, a fifth ask for 1 GPU and 1 VF each, and the pods without
+// VFs ask for 0.8N GPUs in all. Leaving those GPUs to VF pods is a preference of
+// plans and packing (TestPlansLeaveVFGPUs), not a guarantee: a tie with a
+// fresh switch elsewhere may go either way, so in the worst order every
+// GPU of a pod without VFs sits next to VFs. Room for the VF pods in every
+// order needs M >= 0.8N + 0.2N, so N <= M. (60 pods on 20 nodes stalled
+// once in CI.)
 func TestBenchMixed(t *testing.T) {
-	report, err := Bench(context.Background(), BenchSpec{Nodes: 20, Pods: 60, Rounds: 1, Workload: WorkloadMixed}, nil)
+	report, err := Bench(context.Background(), BenchSpec{Nodes: 40, Pods: 40, Rounds: 1, Workload: WorkloadMixed}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
