@@ -238,3 +238,49 @@ func TestRegistrationAfterRun(t *testing.T) {
 		t.Errorf("left in the kubelet's directory after Run: %v", left)
 	}
 }
+
+// TestServeAgainNeverSeesAServeHalfDone: Run's loop serves a front anew
+// when its socket is gone, but serve itself removes the socket before it
+// listens again (a reconnect after the vendor's options changed). A check
+// that saw that moment would serve a second time, without the reconnect's
+// hold, and register while the kubelet may still be connected. Only
+// reconnects run here, so the loop's check must never serve.
+func TestServeAgainNeverSeesAServeHalfDone(t *testing.T) {
+	p, r, _ := newRegistrationProxy(t, nil)
+	if err := register(r, "nvidia.com/gpu", "vendor.sock"); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	f := p.fronts["nvidia.com/gpu"]
+	p.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		for range 300 {
+			if err := f.reconnect(); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for served := 0; ; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("reconnect: %v", err)
+			}
+			if served > 0 {
+				t.Fatalf("Run's check served the front %d times during reconnects; want none", served)
+			}
+			return
+		default:
+		}
+		s, err := f.serveAgain(false)
+		if err != nil {
+			t.Fatalf("serveAgain: %v", err)
+		}
+		if s {
+			served++
+		}
+	}
+}

@@ -267,12 +267,13 @@ func (p *Proxy) Run(ctx context.Context) error {
 		for _, f := range fronts {
 			// The kubelet removes every socket of its directory when it
 			// starts: serve ours again and register again.
-			if restarted || !exists(f.socket) {
+			served, err := f.serveAgain(restarted)
+			if err != nil {
+				klog.ErrorS(err, "Serving the kubelet again", "resource", f.resource)
+				continue
+			}
+			if served {
 				klog.InfoS("The kubelet restarted or our socket went: registering again", "resource", f.resource)
-				if err := f.serve(time.Time{}); err != nil {
-					klog.ErrorS(err, "Serving the kubelet again", "resource", f.resource)
-					continue
-				}
 			}
 			if !f.isRegistered() && p.registerFront(ctx, f) {
 				// The kubelet that took the registration serves
@@ -524,6 +525,24 @@ func FrontSocket(resource string) string {
 func (f *front) serve(hold time.Time) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.serveLocked(hold)
+}
+
+// serveAgain serves the front's socket anew when the kubelet restarted or
+// the socket is gone, and reports whether it did. The check is made under
+// f.mu: serve removes the socket before it listens again, and a check in
+// that window would serve a second time, without serve's hold, and
+// register while the kubelet may still be connected.
+func (f *front) serveAgain(restarted bool) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped || !restarted && exists(f.socket) {
+		return false, nil
+	}
+	return true, f.serveLocked(time.Time{})
+}
+
+func (f *front) serveLocked(hold time.Time) error {
 	if f.stopped {
 		return errors.New("front replaced or shut down")
 	}
@@ -535,6 +554,11 @@ func (f *front) serve(hold time.Time) error {
 	if err != nil {
 		return fmt.Errorf("serving %s for the kubelet: %w", f.socket, err)
 	}
+	// The front removes its socket itself (above, and in stop). A
+	// listener's own unlink would remove a newer socket of the same path:
+	// a server stopped before its Serve goroutine ran closes the listener
+	// only when that goroutine runs, after the next serve has listened.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	f.srv = grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(f.srv, &frontServer{f: f})
 	go func(s *grpc.Server) { _ = s.Serve(l) }(f.srv)
