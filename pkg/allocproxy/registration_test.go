@@ -240,11 +240,16 @@ func TestRegistrationAfterRun(t *testing.T) {
 }
 
 // TestServeAgainNeverSeesAServeHalfDone: Run's loop serves a front anew
-// when its socket is gone, but serve itself removes the socket before it
-// listens again (a reconnect after the vendor's options changed). A check
-// that saw that moment would serve a second time, without the reconnect's
-// hold, and register while the kubelet may still be connected. Only
-// reconnects run here, so the loop's check must never serve.
+// when its socket is gone. During a reconnect (the vendor's options
+// changed) the socket must never look gone: serve removes it before it
+// listens again, so the loop checks under the front's lock; and the
+// listener of the server the reconnect stopped must not unlink the new
+// socket when it closes late (it closes when its Serve goroutine runs,
+// which may be after the stop). A check that saw the socket gone would
+// serve a second time, without the reconnect's hold, and register while
+// the kubelet may still be connected. Only reconnects run here, so the
+// loop's check must never serve. Each of the two faults failed this test
+// on most runs.
 func TestServeAgainNeverSeesAServeHalfDone(t *testing.T) {
 	p, r, _ := newRegistrationProxy(t, nil)
 	if err := register(r, "nvidia.com/gpu", "vendor.sock"); err != nil {
