@@ -550,7 +550,7 @@ func (f *front) serveLocked(hold time.Time) error {
 		f.srv.Stop()
 	}
 	_ = os.Remove(f.socket)
-	l, err := net.Listen("unix", f.socket)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: f.socket, Net: "unix"})
 	if err != nil {
 		return fmt.Errorf("serving %s for the kubelet: %w", f.socket, err)
 	}
@@ -558,7 +558,7 @@ func (f *front) serveLocked(hold time.Time) error {
 	// listener's own unlink would remove a newer socket of the same path:
 	// a server stopped before its Serve goroutine ran closes the listener
 	// only when that goroutine runs, after the next serve has listened.
-	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.SetUnlinkOnClose(false)
 	f.srv = grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(f.srv, &frontServer{f: f})
 	go func(s *grpc.Server) { _ = s.Serve(l) }(f.srv)
