@@ -407,20 +407,31 @@ func (r *replayer) stepState() (state string, groups bool) {
 
 // unsettled says what has not settled yet ("" when everything has); with
 // detail, down to the object where that costs a scan.
+//
+// Every check reads one snapshot of the replay's stores, taken before the
+// scheduler's handlers are compared with the replay's views. An informer
+// can deliver an event at any point of the checks: read again after the
+// comparison, a store could already show what a scheduler handler is still
+// processing (a deleted pod gone, a node's new object), and the moment
+// would pass as settled while the handler was still requeueing pods.
+// Checked against the snapshot, the replay's views hold at least that
+// snapshot when they are compared, so the scheduler's handlers have
+// processed everything the checks below look at.
 func (r *replayer) unsettled(detail bool) string {
 	// Cheap checks first: most calls come while something is in flight.
 	if why := r.sched.Idle(); why != "" {
 		return "the scheduler: " + why
 	}
+	pods, nrts, groups := r.podStore.List(), r.nrtStore.List(), r.groupStore.List()
 	// The replay's own views first: the scheduler's handlers are compared
 	// with them, so they must have caught up with the replay's informers.
-	if !r.podView.Holds(r.podStore.List()) {
+	if !r.podView.Holds(pods) {
 		return "the replay's pod informer has not handed every pod event to its handler yet"
 	}
-	if !r.nrtView.Holds(r.nrtStore.List()) {
+	if !r.nrtView.Holds(nrts) {
 		return "the replay's NodeResourceTopology informer has not handed every event to its handler yet"
 	}
-	if !r.groupView.Holds(r.groupStore.List()) {
+	if !r.groupView.Holds(groups) {
 		return "the replay's PodGroup informer has not handed every event to its handler yet"
 	}
 	if why := r.sched.PodsBehind(r.podView, detail); why != "" {
@@ -439,14 +450,18 @@ func (r *replayer) unsettled(detail bool) string {
 			}
 		}
 	}
+	listed := make(map[string]bool, len(pods))
+	for _, obj := range pods {
+		listed[obj.(*corev1.Pod).Name] = true
+	}
 	for name := range r.alive {
-		if _, ok, _ := r.podStore.GetByKey("default/" + name); !ok {
+		if !listed[name] {
 			return fmt.Sprintf("pod %s, created, is not yet in the replay's informer", name)
 		}
 	}
 	var pending map[string]bool
 	onNode := map[string][]*corev1.Pod{}
-	for _, obj := range r.podStore.List() {
+	for _, obj := range pods {
 		pod := obj.(*corev1.Pod)
 		if !r.alive[pod.Name] {
 			return fmt.Sprintf("pod %s, deleted, is still there", pod.Name)
@@ -480,12 +495,18 @@ func (r *replayer) unsettled(detail bool) string {
 			return fmt.Sprintf("pod %s: the kubelet of %s has not admitted it", pod.Name, pod.Spec.NodeName)
 		}
 	}
+	objects := make(map[string]*nrtv1alpha2.NodeResourceTopology, len(nrts))
+	for _, obj := range nrts {
+		if o, ok := obj.(*nrtv1alpha2.NodeResourceTopology); ok {
+			objects[o.Name] = o
+		}
+	}
 	for _, n := range r.p.info {
-		obj, ok, _ := r.nrtStore.GetByKey(n.Name)
+		obj, ok := objects[n.Name]
 		if !ok {
 			return fmt.Sprintf("node %s has no NodeResourceTopology", n.Name)
 		}
-		if got, want := fingerprintAttr(obj.(*nrtv1alpha2.NodeResourceTopology)), podSetFingerprint(onNode[n.Name]); got != want {
+		if got, want := fingerprintAttr(obj), podSetFingerprint(onNode[n.Name]); got != want {
 			return fmt.Sprintf("node %s: its NodeResourceTopology counts another pod set (fingerprint %s, its pods %s)", n.Name, got, want)
 		}
 	}
