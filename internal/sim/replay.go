@@ -17,6 +17,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -95,12 +97,31 @@ func (e *events) Pop() any {
 	return x
 }
 
+// stepper is what the replay needs of the scheduler it steps: the
+// settler of schedulerrun.Scheduler (a fake in tests).
+type stepper interface {
+	Idle() string
+	Queued() int
+	QueuedPods() []string
+	Pending() map[types.UID]bool
+	Assumed(pod *corev1.Pod) bool
+	PodsBehind(want *schedulerrun.View, detail bool) string
+	ObjectsBehind(gvr schema.GroupVersionResource, want *schedulerrun.View, detail bool) string
+	PodGroupsBehind(want *schedulerrun.View, detail bool) string
+	PluginObjects() map[string]string
+	Step(ctx context.Context) error
+	Err() error
+	Changed() <-chan struct{}
+}
+
+var _ stepper = (*schedulerrun.Scheduler)(nil)
+
 // replayer is one column's replay.
 type replayer struct {
 	ctx      context.Context
 	cp       *controlplane.ControlPlane
 	cl       *cluster.Cluster
-	sched    *schedulerrun.Scheduler
+	sched    stepper
 	p        *Plan
 	col      Column
 	pods     typedcorev1.PodInterface
