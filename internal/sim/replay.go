@@ -367,22 +367,32 @@ func (r *replayer) settle() error {
 	for {
 		why := r.unsettled(false)
 		if why == "" {
-			if r.sched.Queued() == 0 {
+			done := r.sched.Queued() == 0
+			if !done {
+				state, groups := r.stepState()
+				// The last step changed nothing: see above.
+				if done = state == before && groups; !done {
+					before = state
+					if err := r.sched.Step(r.ctx); err != nil {
+						return err
+					}
+					last = time.Now()
+					continue
+				}
+			}
+			var err error
+			if why, err = r.groupsBehindServer(); err != nil {
+				return err
+			} else if why == "" {
 				return nil
 			}
-			state, groups := r.stepState()
-			if state == before && groups {
-				return nil // the last step changed nothing
-			}
-			before = state
-			if err := r.sched.Step(r.ctx); err != nil {
-				return err
-			}
-			last = time.Now()
-			continue
 		}
 		if time.Since(last) > settleTimeout {
-			return fmt.Errorf("%s, at %s of workload time: the cluster did not settle within %s: %s", r.col.Name, r.now.Round(time.Second), settleTimeout, r.unsettled(true))
+			detail := r.unsettled(true)
+			if detail == "" {
+				detail = why
+			}
+			return fmt.Errorf("%s, at %s of workload time: the cluster did not settle within %s: %s", r.col.Name, r.now.Round(time.Second), settleTimeout, detail)
 		}
 		if err := r.sched.Err(); err != nil {
 			return fmt.Errorf("%s: the scheduler stopped: %w", r.col.Name, err)
@@ -395,6 +405,33 @@ func (r *replayer) settle() error {
 			return r.ctx.Err()
 		}
 	}
+}
+
+// groupsBehindServer says which PodGroup the apiserver holds at a version
+// the replay's view has not processed ("" when none; the gang columns
+// alone make PodGroups). The scheduler writes a pod group's status inside
+// the attempt that failed, so once it is idle the apiserver has the write,
+// but its event can still be on the way to the informers, where no other
+// check looks for it: it requeues the group, and arriving only after a
+// later moment had settled, it would have the group tried a moment late.
+// A live list closes that window; the next round of unsettled then holds
+// the scheduler's PodGroup handlers to the view.
+func (r *replayer) groupsBehindServer() (string, error) {
+	if !r.col.Gang {
+		return "", nil
+	}
+	list, err := r.cp.Kube.SchedulingV1beta1().PodGroups("default").List(r.ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", fmt.Errorf("%s: listing PodGroups: %w", r.col.Name, err)
+	}
+	objs := make([]any, len(list.Items))
+	for i := range list.Items {
+		objs[i] = &list.Items[i]
+	}
+	if !r.groupView.Holds(objs) {
+		return "the replay's PodGroup informer has not yet seen every PodGroup write the apiserver holds", nil
+	}
+	return "", nil
 }
 
 // stepState is what a step can change: which pods are bound, and which

@@ -8,11 +8,14 @@ import (
 	nrtv1alpha2 "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	"github.com/k8stopologyawareschedwg/podfingerprint"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/internal/schedulerrun"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 )
@@ -134,6 +137,43 @@ func TestUnsettledReadsOneSnapshot(t *testing.T) {
 			got := r.unsettled(true)
 			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
 				t.Errorf("unsettled() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestGroupsBehindServer: in a gang column a moment waits until the
+// replay's PodGroup view holds every PodGroup write the apiserver has
+// taken (a failed attempt's status), and other columns never list.
+func TestGroupsBehindServer(t *testing.T) {
+	group := func(rv string) *schedulingv1beta1.PodGroup {
+		return &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "job-1", Namespace: "default", ResourceVersion: rv}}
+	}
+	for _, tc := range []struct {
+		name   string
+		gang   bool
+		server *schedulingv1beta1.PodGroup
+		viewed *schedulingv1beta1.PodGroup // nil: the view is empty
+		behind bool
+	}{
+		{name: "the view holds the server's write", gang: true, server: group("2"), viewed: group("2")},
+		{name: "a status write not yet seen", gang: true, server: group("2"), viewed: group("1"), behind: true},
+		{name: "a group created, not yet seen", gang: true, server: group("1"), behind: true},
+		{name: "not a gang column", server: group("2"), viewed: group("1")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			view := schedulerrun.NewView(nil)
+			if tc.viewed != nil {
+				view.Set(tc.viewed)
+			}
+			r := &replayer{ctx: context.Background(), col: Column{Name: "gangs", Gang: tc.gang}, groupView: view,
+				cp: &controlplane.ControlPlane{Kube: fake.NewClientset(tc.server)}}
+			why, err := r.groupsBehindServer()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := why != ""; got != tc.behind {
+				t.Errorf("groupsBehindServer() = %q, want behind %v", why, tc.behind)
 			}
 		})
 	}
