@@ -48,7 +48,10 @@ import (
 //     (the pod fingerprint), and the nicaffinity plugin's store holds it;
 //   - every handler of the scheduler's pod and NodeResourceTopology
 //     informers has processed what the apiserver holds, so the queue has
-//     moved every pod an event would move.
+//     moved every pod an event would move;
+//   - in the gang columns, the replay's PodGroups are those a live list
+//     returns: a failed pod group's status, which the scheduler writes
+//     itself and which requeues the group, has reached the handlers too.
 //
 // So a pod's placement follows from the cluster's state and the order of
 // the queue, never from how fast the machine runs the components, and every
@@ -407,9 +410,9 @@ func (r *replayer) settle() error {
 	}
 }
 
-// groupsBehindServer says which PodGroup the apiserver holds at a version
-// the replay's view has not processed ("" when none; the gang columns
-// alone make PodGroups). The scheduler writes a pod group's status inside
+// groupsBehindServer says whether the apiserver holds a PodGroup the
+// replay's view has not processed at that version ("" when it holds none;
+// only the gang columns make PodGroups). The scheduler writes a pod group's status inside
 // the attempt that failed, so once it is idle the apiserver has the write,
 // but its event can still be on the way to the informers, where no other
 // check looks for it: it requeues the group, and arriving only after a
