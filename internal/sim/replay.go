@@ -369,24 +369,23 @@ func (r *replayer) settle() error {
 	before := ""
 	for {
 		why := r.unsettled(false)
-		if why == "" {
-			done := r.sched.Queued() == 0
-			if !done {
-				state, groups := r.stepState()
-				// The last step changed nothing: see above.
-				if done = state == before && groups; !done {
-					before = state
-					if err := r.sched.Step(r.ctx); err != nil {
-						return err
-					}
-					last = time.Now()
-					continue
+		if why == "" && r.sched.Queued() > 0 {
+			// Step, unless the last step changed nothing (see above).
+			if state, groups := r.stepState(); state != before || !groups {
+				before = state
+				if err := r.sched.Step(r.ctx); err != nil {
+					return err
 				}
+				last = time.Now()
+				continue
 			}
+		}
+		if why == "" {
 			var err error
 			if why, err = r.groupsBehindServer(); err != nil {
 				return err
-			} else if why == "" {
+			}
+			if why == "" {
 				return nil
 			}
 		}
@@ -412,13 +411,13 @@ func (r *replayer) settle() error {
 
 // groupsBehindServer says whether the apiserver holds a PodGroup the
 // replay's view has not processed at that version ("" when it holds none;
-// only the gang columns make PodGroups). The scheduler writes a pod group's status inside
-// the attempt that failed, so once it is idle the apiserver has the write,
-// but its event can still be on the way to the informers, where no other
-// check looks for it: it requeues the group, and arriving only after a
-// later moment had settled, it would have the group tried a moment late.
-// A live list closes that window; the next round of unsettled then holds
-// the scheduler's PodGroup handlers to the view.
+// only the gang columns make PodGroups). The scheduler writes a pod
+// group's status inside the attempt that failed, so once it is idle the
+// apiserver has the write, but its event can still be on the way to the
+// informers, where no other check looks for it: it requeues the group, and
+// arriving only after a later moment had settled, it would have the group
+// tried a moment late. A live list closes that window; the next round of
+// unsettled then holds the scheduler's PodGroup handlers to the view.
 func (r *replayer) groupsBehindServer() (string, error) {
 	if !r.col.Gang {
 		return "", nil
