@@ -80,11 +80,21 @@ left out of the bundled scenarios' clusters.`,
 	f.StringVar(&o.report, "report", "", "also write an HTML report with charts into this directory")
 	f.IntVar(&o.runs, "runs", defaultRuns, "replay the workload with this many seeds (seed, seed+1, ...) and report the median and range")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the replays (go tool pprof) to this file")
-	f.IntVar(&o.parallel, "parallel", 0, "replays at a time, each on its own cluster (default: the scenario's, 3 for default, 2 for large)")
+	f.IntVar(&o.parallel, "parallel", 0, "replays at a time, each on its own cluster (default: the scenario's: "+scenarioParallel()+")")
 	f.StringSliceVar(&o.columns, "columns", nil, "compare only these columns (default: all)")
 	f.StringSliceVar(&o.scenarios, "scenario", []string{"default"}, "bundled cluster and workload: "+strings.Join(slices.Sorted(maps.Keys(sim.Scenarios)), ", ")+" (--cluster and --workload replace its parts); several, comma-separated, make one report each, in that order")
 	f.BoolVar(&o.dra, "dra", false, "a DRA cluster: compare how jobs claim GPUs and NICs (docs/dra.md)")
 	return cmd
+}
+
+// scenarioParallel lists each bundled scenario's replays at a time, for
+// --parallel's help, so that the help cannot drift from sim.Scenarios.
+func scenarioParallel() string {
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(sim.Scenarios)) {
+		parts = append(parts, fmt.Sprintf("%d for %s", sim.Scenarios[name].Parallel, name))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // specs are the scenario's cluster and workload, each replaced by its file
