@@ -41,20 +41,26 @@ func newSimulateCommand() *cobra.Command {
 		Long: `Start an in-process control plane (kube-apiserver, etcd), simulated GPU
 nodes with the real topology exporter, and the real scheduler; replay the same
 workload through nicaffinity's policies (required and preferred, with the
-allocation proxy; required as advice to the device plugin alone) and through
+allocation proxy; required as advice to the device plugin alone; where jobs
+have several pods, required with each job a gang on its rails) and through
 the default scheduler, each on a fresh cluster, and report how soon the work
 finished: makespan, job completion times and the GPU-hours lost to
 misalignment (a job's communication runs at the bandwidth its worst GPU-NIC
 level allows), then the levels of the GPU-NIC pairs the kubelet handed out,
-the share of RDMA jobs that could use GPUDirect RDMA next to the offline
-bound (the best any placement could do), waiting and latencies. --runs N
-replays the workload with N seeds and prints the median and range of each
-figure; a verdict line names the column that finished the work first.
+the share of RDMA jobs that could use GPUDirect RDMA next to a bound no
+schedule can exceed (jobs may wait until they are given up), waiting and
+latencies. --runs N replays the workload with N seeds and prints the median
+and range of each figure; a verdict line says which column finished the
+work sooner than the default scheduler, by which figure, and when the
+spread over the runs decides nothing.
 
 Without --cluster and --workload it uses a default mix of real machines
 (HGX H100, DGX A100, Azure NDv2, a shape with NIC-less switches, an H20 with
 SR-IOV VFs) and a workload whose GPU load rises from 30% to 90%. --scenario
-large is 64 nodes of those shapes and 1000 jobs.
+backlog puts half again as many jobs in the queue at once (makespan is
+throughput there), jobs is mostly multi-pod jobs on rail-optimized nodes,
+large is 64 nodes of the default's shapes and 1000 jobs, xlarge 512 nodes
+and 10,000.
 
 --dra replays the workload on a cluster with no device plugins: stand-ins of
 the GPU and NIC DRA drivers publish every node's devices, the scheduler's
