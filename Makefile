@@ -10,7 +10,7 @@ DEMO_PROFILE ?= oci-bm-gpu-h100-8-8gpu-8x2portcx7
 DEMO_REPORT ?= _output/demo
 FUZZTIME     ?= 10s
 
-.PHONY: all build images test test-compat test-kubelet vet demo demo-large demo-dra demo-topo bench fuzz clean
+.PHONY: all build build-images images image-tag cluster-bin test-cluster FORCE test test-compat test-kubelet vet demo demo-large demo-dra demo-topo bench fuzz clean
 
 all: build
 
@@ -31,26 +31,40 @@ GOTAGS   ?= grpcnotrace
 build:
 	$(GO) build -tags "$(GOTAGS)" -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
-# Container images (images/*.Dockerfile), tagged with the release, with
-# docker or podman, whichever is installed (CONTAINER_TOOL= to choose).
+# Container images, written as OCI archives under _output/images/ with no
+# container engine or registry (internal/images is the one recipe; a
+# release publishes the same images with PUSH=1), then loaded into
+# whichever of docker, podman and containerd answers here. Tagged with the
+# release: v0.37.0-dev+abc1234 becomes v0.37.0-dev-abc1234 (tags allow no
+# "+"); install the chart with --set image.tag=$(make -s image-tag).
 IMAGE_REPO     ?= ghcr.io/nicaffinity
-IMAGES         := scheduler topology-exporter allocation-proxy
-# Image tags allow no "+": v0.37.0-dev+abc1234 becomes v0.37.0-dev-abc1234.
 IMAGE_TAG      := $(subst +,-,$(VERSION))
-CONTAINER_TOOL ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
-images:
-	@if [ -z "$(CONTAINER_TOOL)" ]; then \
-	  echo "make images: neither docker nor podman is installed here. Install one (or set CONTAINER_TOOL=...) and run it again; images/*.Dockerfile are the recipes."; \
-	  exit 1; \
-	fi
-	@if ! $(CONTAINER_TOOL) info >/dev/null 2>&1; then \
-	  echo "make images: $(CONTAINER_TOOL) is installed but cannot reach its engine ($(CONTAINER_TOOL) info fails): start it, or use another machine."; \
-	  exit 1; \
-	fi
-	@set -e; for i in $(IMAGES); do \
-	  echo "$(CONTAINER_TOOL) build $(IMAGE_REPO)/$$i:$(IMAGE_TAG)"; \
-	  $(CONTAINER_TOOL) build -f images/$$i.Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE_REPO)/$$i:$(IMAGE_TAG) . ; \
-	done
+IMAGES_DIR     := _output/images
+IMAGE_LOAD     ?= auto
+PUSH           ?=
+# The images' binaries: static without cgo for the scheduler and the
+# proxy, with cgo (glibc) for the exporter, whose image carries Debian's
+# libc6.
+build-images:
+	CGO_ENABLED=0 $(GO) build -trimpath -tags "$(GOTAGS)" -ldflags "-s -w $(LDFLAGS)" -o $(IMAGES_DIR)/bin/ ./cmd/scheduler ./cmd/allocation-proxy
+	$(GO) build -trimpath -tags "$(GOTAGS)" -ldflags "-s -w $(LDFLAGS)" -o $(IMAGES_DIR)/bin/ ./cmd/topology-exporter
+
+# Debian's libc6, from Debian's archive (never the build host's files),
+# as a plain tar of its files.
+$(IMAGES_DIR)/libc6.tar:
+	@command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || { echo "make images: the exporter's image takes glibc from Debian's libc6 package, and apt-get or dpkg-deb is missing here: build on Debian (bookworm)"; exit 1; }
+	mkdir -p $(IMAGES_DIR)/deb
+	cd $(IMAGES_DIR)/deb && rm -f libc6_*.deb && { apt-get download libc6 || { apt-get update && apt-get download libc6; }; }
+	dpkg-deb --fsys-tarfile $(IMAGES_DIR)/deb/libc6_*.deb > $@.tmp && mv $@.tmp $@
+
+images: build-images $(IMAGES_DIR)/libc6.tar
+	$(GO) run ./hack/imagebuild --bin-dir $(IMAGES_DIR)/bin --out $(IMAGES_DIR) \
+	  --libc-tar $(IMAGES_DIR)/libc6.tar --libc-version "$$(dpkg-deb -f $(IMAGES_DIR)/deb/libc6_*.deb Version)" \
+	  --version $(VERSION) --revision "$$(git rev-parse HEAD 2>/dev/null)" --created "$$(git log -1 --format=%ct 2>/dev/null || echo 0)" \
+	  --repo $(IMAGE_REPO) --tag $(IMAGE_TAG) --load $(IMAGE_LOAD) $(if $(PUSH),--push)
+
+image-tag:
+	@echo $(IMAGE_TAG)
 
 vet:
 	$(GO) vet ./...
@@ -94,6 +108,49 @@ $(KUBELET_BIN): go.mod go.sum
 test-kubelet: $(KUBELET_BIN)
 	$(GO) vet -tags kubelet ./test/kubelet/
 	NICAFFINITY_KUBELET=$(abspath $(KUBELET_BIN)) $(GO) test -vet=off -tags kubelet -count=1 -timeout 30m ./test/kubelet/
+
+# A real cluster on this machine (internal/realcluster): etcd, the
+# control plane, kube-proxy, kubectl, the kubelet and helm from the
+# modules go.mod pins as tools; containerd and the CNI plugins from
+# hack/clustertools (a module of its own: containerd's dependencies stay
+# out of ours); runc and iptables from Debian, installed here when
+# missing (as root). Built once into _output/cluster/bin, again only when
+# a go.mod changes.
+CLUSTER_BIN   := _output/cluster/bin
+K8S_LDFLAGS   := -X k8s.io/component-base/version.gitVersion=v1.37.2 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37
+$(CLUSTER_BIN)/.built: go.mod go.sum hack/clustertools/go.mod hack/clustertools/go.sum hack/pause/main.go
+	mkdir -p $(CLUSTER_BIN)/cni
+	$(GO) build -ldflags "$(K8S_LDFLAGS)" -o $(CLUSTER_BIN)/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+	  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubelet helm.sh/helm/v4/cmd/helm
+	$(GO) build -o $(CLUSTER_BIN)/etcd go.etcd.io/etcd/server/v3
+	CGO_ENABLED=0 $(GO) build -o $(CLUSTER_BIN)/pause ./hack/pause
+	cd hack/clustertools && CGO_ENABLED=0 $(GO) build -tags "no_btrfs no_devmapper no_zfs" -o $(abspath $(CLUSTER_BIN))/ \
+	  github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr
+	cd hack/clustertools && CGO_ENABLED=0 $(GO) build -o $(abspath $(CLUSTER_BIN))/cni/ github.com/containernetworking/plugins/plugins/main/bridge \
+	  github.com/containernetworking/plugins/plugins/main/loopback github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap
+	touch $@
+
+cluster-bin: $(CLUSTER_BIN)/.built
+	@missing=""; for t in runc iptables; do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian's$$missing"; apt-get install -y$$missing >/dev/null || { apt-get update >/dev/null && apt-get install -y$$missing >/dev/null; }; \
+	  else echo "make cluster-bin: the real cluster needs$$missing (Debian: apt-get install$$missing, as root)"; exit 1; fi; \
+	fi
+
+# The stand-in vendor device plugin's binary (cgo: go-gpuallocator).
+$(IMAGES_DIR)/bin/device-plugin-standin: FORCE
+	$(GO) build -trimpath -tags "$(GOTAGS)" -o $@ ./hack/device-plugin-standin
+
+# TestCluster*: the chart installed with the real helm on a real cluster
+# of two nodes (test/cluster, build tag cluster).
+test-cluster: cluster-bin build-images $(IMAGES_DIR)/libc6.tar $(IMAGES_DIR)/bin/device-plugin-standin
+	$(MAKE) images IMAGE_LOAD=none
+	$(GO) vet -tags cluster ./test/cluster/
+	NICAFFINITY_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) NICAFFINITY_IMAGES=$(abspath $(IMAGES_DIR)) NICAFFINITY_IMAGE_TAG=$(IMAGE_TAG) \
+	  $(GO) test -vet=off -tags cluster -count=1 -timeout 40m -v ./test/cluster/
+
+FORCE:
 
 # The main job: a simulated cluster of real machine shapes, the same work
 # through nicaffinity's policies and the default scheduler, three seeds:

@@ -1,23 +1,23 @@
 package manifests
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/nicaffinity/nicaffinity/internal/images"
 	"github.com/nicaffinity/nicaffinity/pkg/version"
 )
 
-// TestImagesMatchManifests: every image the manifests run has a Dockerfile
-// whose entrypoint is the container's command and whose user is the one
-// the manifest runs it as; tags follow the release scheme; the scheduler
-// and the proxy build without cgo, the exporter with it on a base that has
-// a C library.
+// TestImagesMatchManifests: every image the manifests run is one of the
+// recipe's (internal/images), whose entrypoint is the container's command
+// and whose user is the one the manifest runs it as; tags follow the
+// release scheme; the exporter, which keeps cgo, gets a C library.
 func TestImagesMatchManifests(t *testing.T) {
 	type container struct {
 		Image           string   `json:"image"`
@@ -39,10 +39,7 @@ func TestImagesMatchManifests(t *testing.T) {
 		} `json:"spec"`
 	}
 	files := []string{"scheduler.yaml", "exporter.yaml", "allocation-proxy/allocation-proxy.yaml"}
-	entry := regexp.MustCompile(`(?m)^ENTRYPOINT \["([^"]+)"\]`)
-	user := regexp.MustCompile(`(?m)^USER (\d+)`)
-	froms := regexp.MustCompile(`(?m)^FROM (\S+)`)
-	seen := 0
+	seen := map[string]bool{}
 	for _, f := range files {
 		raw, err := os.ReadFile(filepath.Join(manifestsDir, f))
 		if err != nil {
@@ -58,19 +55,18 @@ func TestImagesMatchManifests(t *testing.T) {
 				if !strings.HasPrefix(repo, "ghcr.io/nicaffinity/") {
 					continue
 				}
-				seen++
 				name := strings.TrimPrefix(repo, "ghcr.io/nicaffinity/")
+				seen[name] = true
 				if want := "v0." + strconv.Itoa(version.KubernetesMinor) + "."; !strings.HasPrefix(tag, want) {
 					t.Errorf("%s: image %s: tag is not %s*", f, c.Image, want)
 				}
-				df, err := os.ReadFile(filepath.Join("..", "..", "images", name+".Dockerfile"))
-				if err != nil {
-					t.Errorf("%s: image %s has no Dockerfile: %v", f, c.Image, err)
+				img, ok := images.Lookup(name)
+				if !ok {
+					t.Errorf("%s: image %s is not one internal/images builds", f, c.Image)
 					continue
 				}
-				m := entry.FindStringSubmatch(string(df))
-				if m == nil || len(c.Command) == 0 || c.Command[0] != m[1] {
-					t.Errorf("%s: %s runs %v, its Dockerfile's ENTRYPOINT is %v", f, name, c.Command, m)
+				if len(c.Command) == 0 || c.Command[0] != img.Entrypoint() {
+					t.Errorf("%s: %s runs %v, its image's entrypoint is %s", f, name, c.Command, img.Entrypoint())
 				}
 				var runAs *int64
 				if sc := w.Spec.Template.Spec.SecurityContext; sc != nil {
@@ -79,26 +75,21 @@ func TestImagesMatchManifests(t *testing.T) {
 				if c.SecurityContext != nil && c.SecurityContext.RunAsUser != nil {
 					runAs = c.SecurityContext.RunAsUser
 				}
-				u := user.FindStringSubmatch(string(df))
 				switch {
-				case runAs != nil && *runAs != 0 && (u == nil || u[1] != strconv.FormatInt(*runAs, 10)):
-					t.Errorf("%s: %s runs as %d, its Dockerfile's USER is %v", f, name, *runAs, u)
-				case runAs != nil && *runAs == 0 && u != nil:
-					t.Errorf("%s: %s runs as root, its Dockerfile sets USER %s", f, name, u[1])
+				case runAs != nil && *runAs != 0 && img.User != fmt.Sprintf("%d:%d", *runAs, *runAs):
+					t.Errorf("%s: %s runs as %d, its image's user is %q", f, name, *runAs, img.User)
+				case runAs != nil && *runAs == 0 && img.User != "":
+					t.Errorf("%s: %s runs as root, its image's user is %q", f, name, img.User)
 				}
-				all := froms.FindAllStringSubmatch(string(df), -1)
-				final := all[len(all)-1][1]
-				cgo := strings.Contains(string(df), "CGO_ENABLED=1")
-				switch {
-				case cgo && !strings.Contains(final, "distroless/base"):
-					t.Errorf("%s: built with cgo on %s, which has no C library", name, final)
-				case !cgo && (!strings.Contains(string(df), "CGO_ENABLED=0") || !strings.Contains(final, "distroless/static")):
-					t.Errorf("%s: a static build belongs on distroless static, without cgo (final %s)", name, final)
+				if name == "topology-exporter" && !img.CGO {
+					t.Errorf("the exporter reaches NVML through cgo; its image must carry a C library")
 				}
 			}
 		}
 	}
-	if seen != 3 {
-		t.Errorf("found %d nicaffinity containers in the manifests, want 3", seen)
+	for _, i := range images.Shipped {
+		if !seen[i.Name] {
+			t.Errorf("image %s is built but no manifest runs it", i.Name)
+		}
 	}
 }

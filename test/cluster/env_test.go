@@ -1,0 +1,232 @@
+//go:build cluster
+
+// Package cluster runs nicaffinity as a user installs it: the images
+// `make images` built, the chart installed by the real helm CLI, on a real
+// cluster of two nodes with containerd and runc (internal/realcluster),
+// whose GPUs and NICs are catalogue machine shapes served by a stand-in
+// vendor device plugin in a real container. make test-cluster runs it as
+// root.
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/nicaffinity/nicaffinity/internal/images"
+	"github.com/nicaffinity/nicaffinity/internal/realcluster"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
+)
+
+// Environment make test-cluster sets.
+const (
+	imagesEnv   = "NICAFFINITY_IMAGES"    // make images' output directory
+	imageTagEnv = "NICAFFINITY_IMAGE_TAG" // the tag it gave them
+)
+
+// standinRef and pauseRef are the test-only images built here.
+const (
+	standinRef = "nicaffinity.test/device-plugin-standin:test"
+	pauseRef   = "registry.k8s.io/pause:3.10.1"
+)
+
+// The nodes: an HGX H100, whose every GPU has a NIC at PIX, and an H20
+// with SR-IOV VFs on two NICs.
+var nodeShapes = []struct{ name, machine string }{
+	{"gpu-a", "hgx-h100-8gpu-8nic"},
+	{"gpu-b", "h20-3e-8gpu-11nic-sriov"},
+}
+
+type env struct {
+	t   *testing.T
+	c   *realcluster.Cluster
+	tag string
+}
+
+// testImages builds the sandbox image and the stand-in vendor plugin's
+// image with the shipped images' recipe.
+func testImages(t *testing.T, dir string) []string {
+	t.Helper()
+	bin, err := realcluster.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := images.Build{BinDir: filepath.Join(dir, "bin"), LibcTar: filepath.Join(dir, "libc6.tar"), LibcVersion: "test", Version: "test", Created: time.Unix(0, 0)}
+	var out []string
+	for _, x := range []struct {
+		img images.Image
+		ref string
+		bin string
+	}{
+		{images.Image{Name: "pause", User: images.NonRoot}, pauseRef, bin},
+		{images.Image{Name: "device-plugin-standin", CGO: true}, standinRef, ""},
+	} {
+		bb := b
+		if x.bin != "" {
+			bb.BinDir = x.bin
+		}
+		img, err := bb.Image(x.img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := name.NewTag(x.ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), x.img.Name+".tar")
+		if err := images.WriteArchive(path, ref, img); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, path)
+	}
+	return out
+}
+
+func startEnv(t *testing.T) *env {
+	t.Helper()
+	if err := realcluster.Check(); err != nil {
+		t.Fatal(err)
+	}
+	dir, tag := os.Getenv(imagesEnv), os.Getenv(imageTagEnv)
+	if dir == "" || tag == "" {
+		t.Fatalf("$%s and $%s are not set: make test-cluster builds the images and sets them", imagesEnv, imageTagEnv)
+	}
+	archives := testImages(t, dir)
+	for _, i := range images.Shipped {
+		archives = append(archives, filepath.Join(dir, i.Name+".tar"))
+	}
+	var nodes []realcluster.NodeSpec
+	for _, s := range nodeShapes {
+		m, ok := machines.Lookup(s.machine)
+		if !ok {
+			t.Fatalf("no machine %s", s.machine)
+		}
+		nodes = append(nodes, realcluster.NodeSpec{Name: s.name, Labels: map[string]string{"nvidia.com/gpu.present": "true"},
+			Prepare: func(d string) error {
+				tree := machines.New(d)
+				m.Build(tree)
+				return tree.Err()
+			}})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	c, err := realcluster.Start(ctx, realcluster.Options{Nodes: nodes, Images: archives, FeatureGates: "GenericWorkload=true", PodGroupAPI: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cluster of %d nodes up in %v (%s)", len(nodes), time.Since(start).Round(time.Millisecond), c.Dir)
+	e := &env{t: t, c: c, tag: tag}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, n := range []string{"kube-apiserver", "kube-scheduler", "kube-controller-manager"} {
+				t.Logf("--- %s:\n%s", n, c.Log(n, 20))
+			}
+			for _, n := range c.Nodes {
+				t.Logf("--- node %s:\n%s", n.Spec.Name, c.Log("node-"+n.Spec.Name, 30))
+				t.Logf("--- containerd %s:\n%s", n.Spec.Name, c.Log("containerd-"+n.Spec.Name, 20))
+			}
+			t.Logf("--- pods:\n%s", e.kubectl("get", "pods", "-A", "-o", "wide"))
+		}
+		c.Close()
+	})
+	return e
+}
+
+// run runs a command in the cluster's namespaces and returns its output.
+func (e *env) run(name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := e.c.Command(ctx, name, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+func (e *env) kubectl(args ...string) string {
+	out, err := e.run("kubectl", args...)
+	if err != nil {
+		return fmt.Sprintf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// chart is charts/nicaffinity in this checkout.
+func chart(t *testing.T) string {
+	p, err := filepath.Abs(filepath.Join("..", "..", "charts", "nicaffinity"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// clusterValues are the values a real cluster of this kind needs beyond
+// the chart's defaults; the README's Deploy section names each.
+func (e *env) clusterValues() []string {
+	return []string{
+		"--set", "image.tag=" + e.tag,
+		// No NVIDIA container runtime here.
+		"--set", "exporter.runtimeClassName=null",
+		// GPUs are simulated: the nodes' sysfs trees.
+		"--set", "sysfsRoot=" + realcluster.MachineDir,
+		"--set", "allocationProxy.enabled=true",
+	}
+}
+
+func (e *env) helm(args ...string) {
+	e.t.Helper()
+	out, err := e.run("helm", args...)
+	if err != nil {
+		e.t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// waitPodsReady waits until every pod in ns is Running and Ready.
+func (e *env) waitPodsReady(ns string, want int, timeout time.Duration) []corev1.Pod {
+	e.t.Helper()
+	var pods []corev1.Pod
+	var why string
+	err := wait.PollUntilContextTimeout(context.Background(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		l, err := e.c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			why = err.Error()
+			return false, nil
+		}
+		pods = l.Items
+		if len(pods) < want {
+			why = fmt.Sprintf("%d pods, want %d", len(pods), want)
+			return false, nil
+		}
+		for _, p := range pods {
+			if p.Status.Phase != corev1.PodRunning || !podReady(&p) {
+				why = fmt.Sprintf("pod %s is %s", p.Name, p.Status.Phase)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		e.t.Fatalf("namespace %s: pods not Running and Ready: %s (%v)\n%s", ns, why, err, e.kubectl("get", "pods", "-n", ns, "-o", "wide"))
+	}
+	return pods
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
