@@ -63,7 +63,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--service-account-private-key-file=" + pki("sa.key"), "--root-ca-file=" + pki("ca.crt"),
 		"--use-service-account-credentials=true", "--leader-elect=false",
 		"--bind-address=127.0.0.1", "--secure-port=10257", "--flex-volume-plugin-dir=" + c.path("flex"),
-		"--controllers=*,-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller", "--v=1"}, c.gates()...)
+		"--v=1"}, c.gates()...)
 	if err := c.start("kube-controller-manager", nil, cm...); err != nil {
 		return err
 	}
@@ -100,7 +100,10 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 
 func (c *Cluster) waitAPIServer(ctx context.Context) error {
 	var last error
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := c.Healthy(); err != nil {
+			return false, err
+		}
 		body, err := c.Kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		if err != nil {
 			last = err
@@ -337,6 +340,9 @@ func kubeletConfigYAML(cfg *kubeletconfig.KubeletConfiguration) ([]byte, error) 
 func (c *Cluster) waitNodesReady(ctx context.Context) error {
 	var notReady []string
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := c.Healthy(); err != nil {
+			return false, err
+		}
 		notReady = notReady[:0]
 		for _, n := range c.Nodes {
 			nd, err := c.Kube.CoreV1().Nodes().Get(ctx, n.Spec.Name, metav1.GetOptions{})

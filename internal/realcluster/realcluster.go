@@ -134,6 +134,11 @@ type Cluster struct {
 	netns   *os.File
 	mu      sync.Mutex
 	procs   map[string]*exec.Cmd
+	exited  map[string]string
+	closing bool
+
+	dials                  chan dialRequest
+	stopDialer, dialerDone chan struct{}
 	cgroups []string
 }
 
@@ -201,7 +206,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return nil, err
 		}
 	}
-	c = &Cluster{Dir: dir, opts: opts, bin: bin, procs: map[string]*exec.Cmd{}}
+	c = &Cluster{Dir: dir, opts: opts, bin: bin, procs: map[string]*exec.Cmd{}, exited: map[string]string{}}
 	defer func() {
 		if err != nil {
 			err = fmt.Errorf("%w%s", err, c.logTails())
@@ -309,6 +314,12 @@ func (c *Cluster) connect() error {
 		return err
 	}
 	c.netns = f
+	c.dials, c.stopDialer, c.dialerDone = make(chan dialRequest), make(chan struct{}), make(chan struct{})
+	ready := make(chan error, 1)
+	go c.dialer(ready)
+	if err := <-ready; err != nil {
+		return err
+	}
 	c.Kubeconfig = c.path("pki", "admin.kubeconfig")
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
 	if err != nil {
@@ -321,29 +332,62 @@ func (c *Cluster) connect() error {
 	return err
 }
 
-// Dial opens a connection from inside the cluster's network namespace:
-// the socket is made on an OS thread moved into it (a socket stays in the
-// namespace it was made in), and the thread, still locked, is discarded.
+// Dial opens a connection from inside the cluster's network namespace.
+// A socket stays in the namespace it was made in, so every socket is made
+// on one OS thread that entered the namespace (dialer). Dials are
+// serialized through it; they are to local addresses and quick.
 func (c *Cluster) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	type result struct {
-		conn net.Conn
-		err  error
+	r := dialRequest{ctx: ctx, network: network, addr: addr, result: make(chan dialResult, 1)}
+	select {
+	case c.dials <- r:
+	case <-c.dialerDone:
+		return nil, errors.New("the cluster is closed")
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		// No UnlockOSThread: the goroutine's thread, now in the cluster's
-		// namespace, ends with it.
-		if err := unix.Setns(int(c.netns.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- result{err: fmt.Errorf("entering the cluster's network namespace: %w", err)}
+	res := <-r.result
+	return res.conn, res.err
+}
+
+type dialRequest struct {
+	ctx           context.Context
+	network, addr string
+	result        chan dialResult
+}
+
+type dialResult struct {
+	conn net.Conn
+	err  error
+}
+
+// dialer serves Dial on a thread of its own in the cluster's network
+// namespace. The thread must outlive every process the harness started:
+// a child started with Pdeathsig dies when the thread that forked it
+// exits, and a thread ends when a goroutine locked to it returns. So the
+// goroutine never unlocks, and returns only at Close, when every process
+// is dying anyway.
+func (c *Cluster) dialer(ready chan<- error) {
+	runtime.LockOSThread()
+	if err := unix.Setns(int(c.netns.Fd()), unix.CLONE_NEWNET); err != nil {
+		ready <- fmt.Errorf("entering the cluster's network namespace: %w", err)
+		close(c.dialerDone)
+		<-c.stopDialer
+		return
+	}
+	ready <- nil
+	for {
+		select {
+		case <-c.stopDialer:
+			close(c.dialerDone)
 			return
+		case r := <-c.dials:
+			ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+			var d net.Dialer
+			conn, err := d.DialContext(ctx, r.network, r.addr)
+			cancel()
+			r.result <- dialResult{conn, err}
 		}
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, network, addr)
-		ch <- result{conn, err}
-	}()
-	r := <-ch
-	return r.conn, r.err
+	}
 }
 
 // Command is a command run inside the cluster's network and mount
@@ -379,7 +423,28 @@ func (c *Cluster) start(name string, env []string, argv ...string) error {
 	c.mu.Lock()
 	c.procs[name] = cmd
 	c.mu.Unlock()
-	go func() { _ = cmd.Wait(); log.Close() }()
+	go func() {
+		err := cmd.Wait()
+		log.Close()
+		c.mu.Lock()
+		if c.procs[name] == cmd {
+			c.exited[name] = fmt.Sprintf("%s exited (%v); its log's last lines:\n%s", name, err, c.Log(name, 10))
+		}
+		c.mu.Unlock()
+	}()
+	return nil
+}
+
+// Healthy says which of the cluster's processes has exited, or nil.
+func (c *Cluster) Healthy() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return nil
+	}
+	for _, why := range c.exited {
+		return errors.New(why)
+	}
 	return nil
 }
 
@@ -417,6 +482,9 @@ func (c *Cluster) logTails() string {
 // process in its PID namespace; then the nodes' cgroups are removed and,
 // unless Keep, the directory.
 func (c *Cluster) Close() {
+	c.mu.Lock()
+	c.closing = true
+	c.mu.Unlock()
 	if c.init != nil && c.init.Process != nil {
 		_ = c.init.Process.Kill()
 		if c.initPID > 0 {
@@ -429,6 +497,10 @@ func (c *Cluster) Close() {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+	}
+	if c.stopDialer != nil {
+		close(c.stopDialer)
+		<-c.dialerDone
 	}
 	if c.netns != nil {
 		c.netns.Close()

@@ -121,7 +121,7 @@ func startEnv(t *testing.T) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	start := time.Now()
-	c, err := realcluster.Start(ctx, realcluster.Options{Nodes: nodes, Images: archives, FeatureGates: "GenericWorkload=true", PodGroupAPI: true})
+	c, err := realcluster.Start(ctx, realcluster.Options{Nodes: nodes, Images: archives, FeatureGates: "GenericWorkload=true", PodGroupAPI: true, Keep: os.Getenv("NICAFFINITY_CLUSTER_KEEP") != ""})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,6 +198,9 @@ func (e *env) waitPodsReady(ns string, want int, timeout time.Duration) []corev1
 	var pods []corev1.Pod
 	var why string
 	err := wait.PollUntilContextTimeout(context.Background(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		if err := e.c.Healthy(); err != nil {
+			return false, err
+		}
 		l, err := e.c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			why = err.Error()
@@ -229,4 +232,84 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// Namespaces of the chart (its defaults) and of the stand-in plugin.
+const (
+	schedNS   = "nicaffinity-system"
+	nodeNS    = "nicaffinity-node"
+	vendorNS  = "vendor-standin"
+	vendorDir = "/var/lib/nicaffinity/device-plugins" // the chart's allocationProxy.vendorDir
+)
+
+// vendorManifest is the stand-in vendor device plugin's DaemonSet: GPUs
+// and VFs register with the allocation proxy (vendorDir), RDMA with the
+// kubelet, as the NVIDIA, SR-IOV and RDMA shared plugins would once
+// pointed at the proxy (docs/allocation-proxy.md).
+func vendorManifest(toKubelet bool) string {
+	dir := vendorDir
+	if toKubelet {
+		dir = "/var/lib/kubelet/device-plugins"
+	}
+	return fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata:
+  name: %[1]s
+  labels:
+    pod-security.kubernetes.io/enforce: privileged
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: device-plugin-standin
+  namespace: %[1]s
+spec:
+  selector:
+    matchLabels: {app: device-plugin-standin}
+  template:
+    metadata:
+      labels: {app: device-plugin-standin}
+    spec:
+      nodeSelector: {nvidia.com/gpu.present: "true"}
+      containers:
+      - name: plugin
+        image: %[2]s
+        imagePullPolicy: Never
+        args: ["--sysfs-root=/host/sys", "--vendor-dir=%[3]s"]
+        volumeMounts:
+        - {name: kubelet, mountPath: /var/lib/kubelet/device-plugins}
+        - {name: vendor, mountPath: %[4]s}
+        - {name: sys, mountPath: /host/sys, readOnly: true}
+      volumes:
+      - name: kubelet
+        hostPath: {path: /var/lib/kubelet/device-plugins, type: Directory}
+      - name: vendor
+        hostPath: {path: %[4]s, type: DirectoryOrCreate}
+      - name: sys
+        hostPath: {path: %[5]s, type: Directory}
+`, vendorNS, standinRef, dir, vendorDir, realcluster.MachineDir)
+}
+
+// apply applies a manifest with kubectl.
+func (e *env) apply(manifest string) {
+	e.t.Helper()
+	f := filepath.Join(e.t.TempDir(), "m.yaml")
+	if err := os.WriteFile(f, []byte(manifest), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	if out, err := e.run("kubectl", "apply", "-f", f); err != nil {
+		e.t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+}
+
+// install installs the chart as a user would, with the values this kind
+// of cluster needs, and the stand-in vendor plugin; it waits until every
+// pod of both is Running and Ready.
+func (e *env) install(extra ...string) {
+	e.t.Helper()
+	e.helm(append(append([]string{"install", "nicaffinity", chart(e.t)}, e.clusterValues()...), extra...)...)
+	e.apply(vendorManifest(false))
+	e.waitPodsReady(vendorNS, len(e.c.Nodes), 3*time.Minute)
+	e.waitPodsReady(nodeNS, 2*len(e.c.Nodes), 3*time.Minute)
+	e.waitPodsReady(schedNS, 2, 3*time.Minute)
 }
