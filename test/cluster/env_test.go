@@ -313,3 +313,14 @@ func (e *env) install(extra ...string) {
 	e.waitPodsReady(nodeNS, 2*len(e.c.Nodes), 3*time.Minute)
 	e.waitPodsReady(schedNS, 2, 3*time.Minute)
 }
+
+// installWithoutProxy installs the chart with the allocation proxy off,
+// the vendor plugin registering with the kubelet itself.
+func (e *env) installWithoutProxy() {
+	e.t.Helper()
+	e.helm(append(append([]string{"install", "nicaffinity", chart(e.t)}, e.clusterValues()...), "--set", "allocationProxy.enabled=false")...)
+	e.apply(vendorManifest(true))
+	e.waitPodsReady(vendorNS, len(e.c.Nodes), 3*time.Minute)
+	e.waitPodsReady(nodeNS, len(e.c.Nodes), 3*time.Minute)
+	e.waitPodsReady(schedNS, 2, 3*time.Minute)
+}
