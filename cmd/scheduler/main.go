@@ -16,5 +16,6 @@ import (
 
 func main() {
 	command := app.NewSchedulerCommand(app.WithPlugin(nicaffinity.Name, nicaffinity.New))
+	command.RunE = withPodGroupCheck(command.RunE)
 	os.Exit(cli.Run(command))
 }

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/podgroupapi"
 	podreq "github.com/nicaffinity/nicaffinity/pkg/request"
 )
 
@@ -28,6 +29,9 @@ type ClusterState struct {
 	Now time.Time
 	// CRD says whether the NodeResourceTopology API is served.
 	CRD bool
+	// PodGroupAPI says whether the apiserver serves PodGroups
+	// (pkg/podgroupapi), which the scheduler needs to place gangs.
+	PodGroupAPI bool
 	// Nodes are the nodes with GPUs (allocatable GPU resource above 0).
 	Nodes []corev1.Node
 	// NRTs by node name; NRTErrors holds objects that could not be decoded.
@@ -88,6 +92,12 @@ func Cluster(s ClusterState, o ClusterOptions) Report {
 			b.pass("NodeResourceTopology CRD", "topology.node.k8s.io/v1alpha2 served")
 		} else {
 			b.fail("NodeResourceTopology CRD", "topology.node.k8s.io/v1alpha2 is not served", "install the CRD: helm install nicaffinity charts/nicaffinity, or kubectl apply -k manifests/crds")
+		}
+		if s.PodGroupAPI {
+			b.pass("PodGroup API", podgroupapi.GroupVersion+" "+podgroupapi.Resource+" served: the scheduler places gangs whole")
+		} else {
+			b.warn("PodGroup API", podgroupapi.GroupVersion+" "+podgroupapi.Resource+" is not served: the scheduler runs without gangs, each pod of a job placed on its own",
+				podgroupapi.Fix+" (docs/scheduler.md, Jobs)")
 		}
 	}
 	if b.startLayer(LayerResources) {

@@ -39,7 +39,7 @@ func freshObject(name string, at time.Time) *v1alpha2.NodeResourceTopology {
 // healthy is a cluster where every check passes.
 func healthy() ClusterState {
 	return ClusterState{
-		Now: now, CRD: true, Nodes: []corev1.Node{gpuNode("a", "rdma/hca")},
+		Now: now, CRD: true, PodGroupAPI: true, Nodes: []corev1.Node{gpuNode("a", "rdma/hca")},
 		NRTs:      map[string]*v1alpha2.NodeResourceTopology{"a": freshObject("a", now.Add(-time.Minute))},
 		NRTErrors: map[string]error{},
 		Exporter:  &appsv1.DaemonSet{Status: appsv1.DaemonSetStatus{DesiredNumberScheduled: 1, NumberReady: 1}},
@@ -189,5 +189,33 @@ func TestNICFromObject(t *testing.T) {
 	}
 	if _, _, _, err := NICFromObject(obj); err == nil || !strings.Contains(err.Error(), "no ACTIVE NIC with a rate") {
 		t.Errorf("rates that are no numbers: %v", err)
+	}
+}
+
+// TestClusterPodGroupAPI: without the PodGroup API the report warns, names
+// the API and the apiserver flags that serve it, and fails nothing: the
+// scheduler runs without gangs.
+func TestClusterPodGroupAPI(t *testing.T) {
+	for _, served := range []bool{true, false} {
+		s := healthy()
+		s.PodGroupAPI = served
+		r := Cluster(s, DefaultClusterOptions())
+		if !r.OK() {
+			t.Errorf("served=%v: the report fails at %s", served, r.FailedLayer)
+		}
+		var got *Check
+		for i := range r.Checks {
+			if r.Checks[i].Name == "PodGroup API" {
+				got = &r.Checks[i]
+			}
+		}
+		switch {
+		case got == nil:
+			t.Errorf("served=%v: no PodGroup API check", served)
+		case served && got.Status != Pass:
+			t.Errorf("served: %+v, want pass", *got)
+		case !served && (got.Status != Warn || !strings.Contains(got.Detail, "scheduling.k8s.io/v1beta1") || !strings.Contains(got.Fix, "--runtime-config=scheduling.k8s.io/v1beta1=true")):
+			t.Errorf("not served: %+v, want a warning naming the API and the fix", *got)
+		}
 	}
 }

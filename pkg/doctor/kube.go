@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/podgroupapi"
 )
 
 // nrtResource is the NodeResourceTopology API.
@@ -60,6 +61,11 @@ func GatherCluster(ctx context.Context, c Clients, o ClusterOptions) (ClusterSta
 	} else if !apierrors.IsNotFound(err) {
 		return s, fmt.Errorf("asking the apiserver for %s: %w", v1alpha2.SchemeGroupVersion, err)
 	}
+	served, err := podgroupapi.Served(c.Kube.Discovery())
+	if err != nil {
+		return s, err
+	}
+	s.PodGroupAPI = served
 	nodes, err := c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return s, fmt.Errorf("listing nodes: %w", err)

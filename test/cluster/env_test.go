@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -118,6 +119,7 @@ func startEnv(t *testing.T) *env {
 				return tree.Err()
 			}})
 	}
+	before := realcluster.HostState()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -139,6 +141,10 @@ func startEnv(t *testing.T) *env {
 			t.Logf("--- pods:\n%s", e.kubectl("get", "pods", "-A", "-o", "wide"))
 		}
 		c.Close()
+		// The host is left as it was: every test checks it.
+		if diff := cmp.Diff(before, realcluster.HostState()); diff != "" {
+			t.Errorf("the cluster changed the host (-before,+after):\n%s", diff)
+		}
 	})
 	return e
 }

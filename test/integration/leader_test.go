@@ -30,11 +30,7 @@ func TestLeaderElection(t *testing.T) {
 	// other waiting tests, each with its own control plane.
 	t.Parallel()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "scheduler")
-	build := exec.Command("go", "build", "-o", bin, "github.com/nicaffinity/nicaffinity/cmd/scheduler")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the scheduler: %v\n%s", err, out)
-	}
+	bin := schedulerBinary(t, dir)
 	cp := controlplane.Start(t)
 	ctx := context.Background()
 	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
@@ -113,6 +109,17 @@ func TestLeaderElection(t *testing.T) {
 	if again := e.pod(t, "first"); again.Spec.NodeName != first.Spec.NodeName || again.UID != first.UID {
 		t.Errorf("first pod changed: %s -> %s", first.Spec.NodeName, again.Spec.NodeName)
 	}
+}
+
+// schedulerBinary builds cmd/scheduler into dir.
+func schedulerBinary(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "scheduler")
+	build := exec.Command("go", "build", "-o", bin, "github.com/nicaffinity/nicaffinity/cmd/scheduler")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the scheduler: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // syncBuffer collects a process's log for reading while it runs.
