@@ -131,7 +131,7 @@ $(CLUSTER_BIN)/.built: go.mod go.sum hack/clustertools/go.mod hack/clustertools/
 	touch $@
 
 cluster-bin: $(CLUSTER_BIN)/.built
-	@missing=""; for t in runc iptables; do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	@missing=""; for t in runc:runc iptables:iptables ip:iproute2; do command -v $${t%%:*} >/dev/null || missing="$$missing $${t##*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing Debian's$$missing"; apt-get install -y$$missing >/dev/null || { apt-get update >/dev/null && apt-get install -y$$missing >/dev/null; }; \

@@ -3,12 +3,130 @@
 package cluster
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/nicaffinity/nicaffinity/pkg/doctor"
+	"github.com/nicaffinity/nicaffinity/pkg/kubectlplugin"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
 // TestClusterInstall: the chart, installed by helm with the images built
-// here, runs every pod Running and Ready on a real cluster.
+// here and only the values a cluster of this kind needs, runs every pod
+// Running and Ready on a real cluster: the admission policies and Pod
+// Security admit them; each node's NodeResourceTopology, as `kubectl
+// nicaffinity topo` prints it, has the GPU-NIC levels `nicaffinity topo
+// --machine` gives for its shape; doctor cluster passes.
 func TestClusterInstall(t *testing.T) {
 	e := startEnv(t)
 	e.install()
+	for i, s := range nodeShapes {
+		topo, err := machines.Load(s.machine)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := topoLevels(topo.Matrix())
+		var got map[string]string
+		var text string
+		err = wait.PollUntilContextTimeout(context.Background(), time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+			out, err := e.kubectlNicaffinity("topo", s.name, "-o", "json")
+			if err != nil {
+				return false, nil
+			}
+			m, err := decodeMatrix(out)
+			if err != nil {
+				return false, nil
+			}
+			got = kubectlLevels(m)
+			text, _ = e.kubectlNicaffinity("topo", s.name)
+			return cmp.Equal(want, got), nil
+		})
+		if err != nil {
+			t.Errorf("node %s (%s): its object's GPU-NIC levels differ from nicaffinity topo --machine (-want,+got):\n%s", e.c.Nodes[i].Spec.Name, s.machine, cmp.Diff(want, got))
+		}
+		if !strings.Contains(text, "GPU0") {
+			t.Errorf("kubectl nicaffinity topo %s printed no matrix:\n%s", s.name, text)
+		}
+	}
+	// The scheduler's pods run under the restricted Pod Security level of
+	// their namespace, which the chart labels so.
+	nsObj, err := e.c.Kube.CoreV1().Namespaces().Get(context.Background(), schedNS, metav1.GetOptions{})
+	if err != nil || nsObj.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Errorf("namespace %s: %v, labels %v; want pod-security enforce=restricted", schedNS, err, nsObj.Labels)
+	}
+	r, err := e.doctorCluster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.OK() {
+		t.Errorf("doctor cluster fails at %s: %+v", r.FailedLayer, r.Checks)
+	}
+}
+
+// kubectlNicaffinity runs the kubectl plugin in this process, against the
+// cluster through its network namespace.
+func (e *env) kubectlNicaffinity(args ...string) (string, error) {
+	cmd := kubectlplugin.NewCommand(&kubectlplugin.Options{RESTConfig: e.c.Config})
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+func (e *env) doctorCluster() (doctor.Report, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clients, err := doctor.NewClients(e.c.Config, "", 30*time.Second)
+	if err != nil {
+		return doctor.Report{}, err
+	}
+	s, err := doctor.GatherCluster(ctx, clients, doctor.DefaultClusterOptions())
+	if err != nil {
+		return doctor.Report{}, err
+	}
+	return doctor.Cluster(s, doctor.DefaultClusterOptions()), nil
+}
+
+// topoLevels are a machine's GPU-NIC levels, "GPU bus ID NIC" -> level.
+func topoLevels(m *topology.Matrix) map[string]string {
+	out := map[string]string{}
+	for i, d := range m.Devices {
+		if !d.IsGPU() {
+			continue
+		}
+		for j, n := range m.Devices {
+			if !n.IsGPU() {
+				out[d.BusID+" "+n.Name] = m.Cells[i][j].String()
+			}
+		}
+	}
+	return out
+}
+
+func kubectlLevels(m *kubectlplugin.Matrix) map[string]string {
+	out := map[string]string{}
+	for _, g := range m.GPUs {
+		for j, n := range m.NICs {
+			if j < len(g.ToNICs) {
+				out[g.BusID+" "+n.Name] = g.ToNICs[j]
+			}
+		}
+	}
+	return out
+}
+
+func decodeMatrix(s string) (*kubectlplugin.Matrix, error) {
+	var m kubectlplugin.Matrix
+	return &m, json.Unmarshal([]byte(s), &m)
 }
