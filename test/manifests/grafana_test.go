@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nicaffinity/nicaffinity/pkg/allocproxy"
 	"github.com/nicaffinity/nicaffinity/pkg/exporter"
 	"github.com/nicaffinity/nicaffinity/pkg/plugins/nicaffinity"
 )
@@ -29,10 +30,10 @@ type dashboard struct {
 	} `json:"panels"`
 }
 
-var metricName = regexp.MustCompile(`nicaffinity_(scheduler|exporter)_[a-z_]+`)
+var metricName = regexp.MustCompile(`nicaffinity_(scheduler|exporter|allocation_proxy)_[a-z_]+`)
 
-// registered lists the names of the metrics the scheduler plugin and the
-// exporter define: the plugin's as it names them, the exporter's from the
+// registered lists the names of the metrics the scheduler plugin, the
+// exporter and the allocation proxy define: the plugin's as it names them, the exporter's from the
 // descriptions its collectors give (a vector with no samples yet is
 // described, though not gathered).
 func registered(t *testing.T) []string {
@@ -41,6 +42,10 @@ func registered(t *testing.T) []string {
 	m := exporter.NewMetrics()
 	ch := make(chan *prometheus.Desc, 64)
 	for _, c := range []prometheus.Collector{m.Publishes, m.PublishDuration, m.SourceErrors, m.Verifications, m.LastPublish, m.Blocked} {
+		c.Describe(ch)
+	}
+	p := allocproxy.NewMetrics()
+	for _, c := range []prometheus.Collector{p.Preferred, p.Registrations, p.Fronts} {
 		c.Describe(ch)
 	}
 	close(ch)
@@ -57,7 +62,7 @@ func registered(t *testing.T) []string {
 }
 
 // TestMetricsDocumented: docs/metrics.md names every metric the scheduler
-// plugin and the exporter register, and no other.
+// plugin, the exporter and the allocation proxy register, and no other.
 func TestMetricsDocumented(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/metrics.md")
 	if err != nil {
