@@ -42,23 +42,30 @@ func (e *env) leader(ctx context.Context) string {
 	return *l.Spec.HolderIdentity
 }
 
-// freeGPUs is the node object's available GPUs (its node zone).
+// freeGPUs is the node object's available GPUs (its NUMA zones).
 func (e *env) freeGPUs(ctx context.Context, node string) (int64, error) {
 	o, err := e.nrt(ctx, node)
 	if err != nil {
 		return 0, err
 	}
+	// One zone per NUMA node; GPU zones would count the GPUs again.
+	var free int64
+	found := false
 	for _, z := range o.Zones {
 		if z.Type != nrt.ZoneNode {
 			continue
 		}
 		for _, r := range z.Resources {
 			if r.Name == gpuRes {
-				return r.Available.Value(), nil
+				free += r.Available.Value()
+				found = true
 			}
 		}
 	}
-	return 0, fmt.Errorf("node %s: no %s in its node zone", node, gpuRes)
+	if !found {
+		return 0, fmt.Errorf("node %s: no %s in its NUMA zones", node, gpuRes)
+	}
+	return free, nil
 }
 
 // deletePod deletes the one pod of ns matching selector on node and waits
@@ -97,13 +104,15 @@ func TestClusterDayTwo(t *testing.T) {
 	e.install()
 	ctx := context.Background()
 
-	train := workload{name: "train", gpus: 4, rdma: true}
+	// On the HGX, so that the H20 stays whole for the pod below.
+	train := workload{name: "train", gpus: 4, rdma: true, node: "gpu-a"}
 	e.create(train)
 	running := e.waitRunning(train.name)
 	node := running.Spec.NodeName
 
 	// Eight GPUs and a VF: only the H20 has VFs, and not eight GPUs next
-	// to its VF NICs, so required leaves it Pending.
+	// to its VF NICs, so required leaves it Pending; preferred places it
+	// on the whole H20.
 	stuck := workload{name: "stuck", gpus: 8, vfs: 1}
 	e.create(stuck)
 	e.poll("the scheduler to give up on "+stuck.name, time.Minute, func(ctx context.Context) (bool, error) {
@@ -171,10 +180,15 @@ func TestClusterDayTwo(t *testing.T) {
 			used += w.Spec.Containers[0].Resources.Limits.Name(gpuRes, "").Value()
 		}
 	}
-	e.poll(fmt.Sprintf("node %s's object to show %d GPUs used again", node, used), 2*time.Minute, func(ctx context.Context) (bool, error) {
+	var seen string
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		free, err := e.freeGPUs(ctx, node)
+		seen = fmt.Sprintf("%d free (%v)", free, err)
 		return err == nil && free == 8-used, nil
-	})
+	}); err != nil {
+		o, _ := e.nrt(ctx, node)
+		t.Fatalf("node %s's object does not show %d GPUs used again: %s\n%+v\n%s", node, used, seen, o, e.kubectl("describe", "node", node))
+	}
 
 	// Uninstall: the CRD stays, nothing of ours runs.
 	e.helm("uninstall", "nicaffinity", "--wait", "--timeout", "3m")

@@ -36,6 +36,8 @@ type workload struct {
 	rdma      bool
 	podGroup  string
 	scheduler string
+	// node, when set, pins the pod there (a nodeSelector on the hostname).
+	node string
 }
 
 func (w workload) pod() *corev1.Pod {
@@ -56,6 +58,9 @@ func (w workload) pod() *corev1.Pod {
 		Spec: corev1.PodSpec{SchedulerName: s, TerminationGracePeriodSeconds: &grace,
 			Containers: []corev1.Container{{Name: "train", Image: pauseRef, ImagePullPolicy: corev1.PullNever, Args: []string{"-env"},
 				Resources: corev1.ResourceRequirements{Limits: limits, Requests: limits}}}},
+	}
+	if w.node != "" {
+		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": w.node}
 	}
 	if w.podGroup != "" {
 		g := w.podGroup
