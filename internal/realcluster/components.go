@@ -285,7 +285,7 @@ func cniConfig(i int, name, ipamDir string) ([]byte, error) {
 // kubeletConfig is a node's KubeletConfiguration: the real runtime, the
 // node's own address, client certificates checked against the cluster's
 // CA and requests authorized by the apiserver, as kubeadm sets up; cgroup
-// v1 allowed, pods under the node's own cgroup, evictions and image
+// v1 allowed, pods under the node's own cgroup root, evictions and image
 // garbage collection only at the very end (CI's disk may be full-ish).
 func (c *Cluster) kubeletConfig(n *Node) *kubeletconfig.KubeletConfiguration {
 	f, t := false, true
@@ -301,10 +301,13 @@ func (c *Cluster) kubeletConfig(n *Node) *kubeletconfig.KubeletConfiguration {
 		ReadOnlyPort:                zero,
 		FailSwapOn:                  &f,
 		FailCgroupV1:                &f,
-		CgroupsPerQOS:               &f,
-		CgroupRoot:                  "/" + filepath.Join(CgroupParent, filepath.Base(c.Dir), n.Spec.Name),
-		CgroupDriver:                "cgroupfs",
-		EnforceNodeAllocatable:      []string{},
+		// QoS cgroups under a root of the node's own: the kubelet then
+		// gives every pod a cgroup parent there. Without them it gives
+		// none, and containerd puts containers under /k8s.io on the host.
+		CgroupsPerQOS:          &t,
+		CgroupRoot:             "/" + filepath.Join(CgroupParent, filepath.Base(c.Dir), n.Spec.Name),
+		CgroupDriver:           "cgroupfs",
+		EnforceNodeAllocatable: []string{},
 		ContainerRuntimeEndpoint:    sock,
 		ImageServiceEndpoint:        sock,
 		NodeStatusUpdateFrequency:   metav1.Duration{Duration: 2 * time.Second},

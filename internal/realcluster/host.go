@@ -116,7 +116,7 @@ var HostPaths = []string{"/var/lib/kubelet", "/var/log/pods", "/var/log/containe
 
 // HostState records what the cluster would change on the host if nothing
 // kept it off: HostPaths (absent, or their entries), the sysctls the
-// kubelet, the bridge plugin and kube-proxy set, the top cgroups of every
+// kubelet, the bridge plugin and kube-proxy set, every cgroup of every
 // hierarchy, the host's network links and iptables rules. Two records
 // taken around a cluster's life must be equal.
 func HostState() map[string]string {
@@ -148,13 +148,17 @@ func HostState() map[string]string {
 		out["sysctl "+s] = strings.TrimSpace(string(v))
 	}
 	for _, h := range hierarchies() {
-		entries, _ := os.ReadDir(h)
+		// Every cgroup, not only the top ones: a runtime that puts
+		// containers under a cgroup the host already has (/k8s.io) leaks
+		// below it.
 		var dirs []string
-		for _, e := range entries {
-			if e.IsDir() {
-				dirs = append(dirs, e.Name())
+		_ = filepath.WalkDir(h, func(path string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() && path != h {
+				rel, _ := filepath.Rel(h, path)
+				dirs = append(dirs, rel)
 			}
-		}
+			return nil
+		})
 		out["cgroups "+h] = strings.Join(dirs, " ")
 	}
 	if b, err := exec.Command("ip", "-o", "link", "show").Output(); err == nil {
