@@ -147,7 +147,7 @@ $(IMAGES_DIR)/bin/device-plugin-standin: FORCE
 test-cluster: cluster-bin build-images $(IMAGES_DIR)/libc6.tar $(IMAGES_DIR)/bin/device-plugin-standin
 	$(MAKE) images IMAGE_LOAD=none
 	$(GO) vet -tags cluster ./test/cluster/
-	NICAFFINITY_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) NICAFFINITY_IMAGES=$(abspath $(IMAGES_DIR)) NICAFFINITY_IMAGE_TAG=$(IMAGE_TAG) \
+	NICAFFINITY_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) NICAFFINITY_IMAGES=$(abspath $(IMAGES_DIR)) \
 	  $(GO) test -vet=off -tags cluster -count=1 -timeout 40m -v ./test/cluster/
 
 FORCE:

@@ -33,6 +33,23 @@ func (e *env) poll(what string, timeout time.Duration, cond func(ctx context.Con
 	}
 }
 
+// waitUnschedulable waits until the scheduler gives up on a pod.
+func (e *env) waitUnschedulable(name string) {
+	e.t.Helper()
+	e.poll("the scheduler to give up on "+name, time.Minute, func(ctx context.Context) (bool, error) {
+		p, err := e.c.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
 // leader is the scheduler's lease holder.
 func (e *env) leader(ctx context.Context) string {
 	l, err := e.c.Kube.CoordinationV1().Leases(schedNS).Get(ctx, "nicaffinity-scheduler", metav1.GetOptions{})
@@ -115,18 +132,7 @@ func TestClusterDayTwo(t *testing.T) {
 	// on the whole H20.
 	stuck := workload{name: "stuck", gpus: 8, vfs: 1}
 	e.create(stuck)
-	e.poll("the scheduler to give up on "+stuck.name, time.Minute, func(ctx context.Context) (bool, error) {
-		p, err := e.c.Kube.CoreV1().Pods(ns).Get(ctx, stuck.name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	e.waitUnschedulable(stuck.name)
 	why, err := e.kubectlNicaffinity("why", stuck.name, "-n", ns)
 	if err != nil || !strings.Contains(why, "gpu-b") {
 		t.Errorf("kubectl nicaffinity why %s: %v\n%s", stuck.name, err, why)

@@ -29,11 +29,8 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
 )
 
-// Environment make test-cluster sets.
-const (
-	imagesEnv   = "NICAFFINITY_IMAGES"    // make images' output directory
-	imageTagEnv = "NICAFFINITY_IMAGE_TAG" // the tag it gave them
-)
+// imagesEnv names make images' output directory; make test-cluster sets it.
+const imagesEnv = "NICAFFINITY_IMAGES"
 
 // standinRef and pauseRef are the test-only images built here.
 const (
@@ -98,10 +95,17 @@ func startEnv(t *testing.T) *env {
 	if err := realcluster.Check(); err != nil {
 		t.Fatal(err)
 	}
-	dir, tag := os.Getenv(imagesEnv), os.Getenv(imageTagEnv)
-	if dir == "" || tag == "" {
-		t.Fatalf("$%s and $%s are not set: make test-cluster builds the images and sets them", imagesEnv, imageTagEnv)
+	dir := os.Getenv(imagesEnv)
+	if dir == "" {
+		t.Fatalf("$%s is not set: make test-cluster builds the images and sets it", imagesEnv)
 	}
+	// The tag the chart is installed with is the one make images gave
+	// the archives.
+	_, ref, err := images.ReadArchive(filepath.Join(dir, "scheduler.tar"), t.TempDir())
+	if err != nil {
+		t.Fatalf("the scheduler's image archive: %v (make images writes it)", err)
+	}
+	tag := ref[strings.LastIndex(ref, ":")+1:]
 	archives := testImages(t, dir)
 	for _, i := range images.Shipped {
 		archives = append(archives, filepath.Join(dir, i.Name+".tar"))
@@ -202,7 +206,7 @@ func (e *env) helm(args ...string) {
 func (e *env) waitPodsReady(ns string, want int, timeout time.Duration) []corev1.Pod {
 	e.t.Helper()
 	var pods []corev1.Pod
-	var why string
+	var why, failing string
 	err := wait.PollUntilContextTimeout(context.Background(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		if err := e.c.Healthy(); err != nil {
 			return false, err
@@ -220,13 +224,18 @@ func (e *env) waitPodsReady(ns string, want int, timeout time.Duration) []corev1
 		for _, p := range pods {
 			if p.Status.Phase != corev1.PodRunning || !podReady(&p) {
 				why = fmt.Sprintf("pod %s is %s", p.Name, p.Status.Phase)
+				failing = p.Name
 				return false, nil
 			}
 		}
 		return true, nil
 	})
 	if err != nil {
-		e.t.Fatalf("namespace %s: pods not Running and Ready: %s (%v)\n%s", ns, why, err, e.kubectl("get", "pods", "-n", ns, "-o", "wide"))
+		detail := e.kubectl("get", "pods", "-n", ns, "-o", "wide")
+		if failing != "" {
+			detail += "\n" + e.kubectl("describe", "pod", "-n", ns, failing)
+		}
+		e.t.Fatalf("namespace %s: pods not Running and Ready: %s (%v)\n%s", ns, why, err, detail)
 	}
 	return pods
 }

@@ -76,8 +76,12 @@ func TestClusterMetrics(t *testing.T) {
 	e := startEnv(t)
 	e.install()
 	ctx := context.Background()
-	// A placement and a refusal, so that the counters have series.
-	e.create(workload{name: "placed", gpus: 1, rdma: true}, workload{name: "refused", gpus: 8, vfs: 1})
+	// A refusal by the plugin (the whole H20 fits the pod's counts, but not
+	// aligned: the plugin's Filter, not NodeResourcesFit, rejects it), then
+	// a placement, so that the counters have series.
+	e.create(workload{name: "refused", gpus: 8, vfs: 1})
+	e.waitUnschedulable("refused")
+	e.create(workload{name: "placed", gpus: 1, rdma: true})
 	e.waitRunning("placed")
 	e.observed("placed")
 
