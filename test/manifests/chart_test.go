@@ -183,8 +183,12 @@ func TestChartMatchesManifests(t *testing.T) {
 		}
 	}
 
-	if !chartutil.IsCompatibleRange(c.Metadata.KubeVersion, kubeVersion) || chartutil.IsCompatibleRange(c.Metadata.KubeVersion, "v1.29.0") {
-		t.Errorf("kubeVersion %q: want it to allow %s and refuse 1.29 (no ValidatingAdmissionPolicy v1)", c.Metadata.KubeVersion, kubeVersion)
+	// The version-skew policy: kube-scheduler 1.37 runs against an
+	// apiserver of 1.37 or 1.38, never 1.36 (older) or 1.39.
+	for v, want := range map[string]bool{kubeVersion: true, "v1.38.0": true, "v1.36.5": false, "v1.39.0": false} {
+		if got := chartutil.IsCompatibleRange(c.Metadata.KubeVersion, v); got != want {
+			t.Errorf("kubeVersion %q allows %s: %v, want %v (the scheduler is kube-scheduler 1.%d)", c.Metadata.KubeVersion, v, got, want, 37)
+		}
 	}
 }
 
@@ -221,7 +225,7 @@ func TestChartInstalls(t *testing.T) {
 				"nodeSelector": map[string]any{"node-role.kubernetes.io/control-plane": ""},
 				"tolerations":  []any{map[string]any{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}},
 			},
-			"exporter":        map[string]any{"runtimeClassName": "", "maxLevel": "PIX", "logLevel": 2},
+			"exporter":        map[string]any{"runtimeClassName": "", "maxLevel": "PIX", "logLevel": 2, "kubeletConfigPath": ""},
 			"allocationProxy": map[string]any{"enabled": true, "timeout": "500ms"},
 			"serviceMonitor":  map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus"}},
 		},
