@@ -293,21 +293,21 @@ func (c *Cluster) kubeletConfig(n *Node) *kubeletconfig.KubeletConfiguration {
 	high, low := int32(100), int32(99)
 	sock := "unix://" + filepath.Join(n.Dir, "containerd.sock")
 	return &kubeletconfig.KubeletConfiguration{
-		TypeMeta:                    metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
-		Address:                     n.IP,
-		Port:                        port,
-		HealthzBindAddress:          n.IP,
-		HealthzPort:                 &healthz,
-		ReadOnlyPort:                zero,
-		FailSwapOn:                  &f,
-		FailCgroupV1:                &f,
+		TypeMeta:           metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
+		Address:            n.IP,
+		Port:               port,
+		HealthzBindAddress: n.IP,
+		HealthzPort:        &healthz,
+		ReadOnlyPort:       zero,
+		FailSwapOn:         &f,
+		FailCgroupV1:       &f,
 		// QoS cgroups under a root of the node's own: the kubelet then
 		// gives every pod a cgroup parent there. Without them it gives
 		// none, and containerd puts containers under /k8s.io on the host.
-		CgroupsPerQOS:          &t,
-		CgroupRoot:             "/" + filepath.Join(CgroupParent, filepath.Base(c.Dir), n.Spec.Name),
-		CgroupDriver:           "cgroupfs",
-		EnforceNodeAllocatable: []string{},
+		CgroupsPerQOS:               &t,
+		CgroupRoot:                  "/" + filepath.Join(CgroupParent, filepath.Base(c.Dir), n.Spec.Name),
+		CgroupDriver:                "cgroupfs",
+		EnforceNodeAllocatable:      []string{},
 		ContainerRuntimeEndpoint:    sock,
 		ImageServiceEndpoint:        sock,
 		NodeStatusUpdateFrequency:   metav1.Duration{Duration: 2 * time.Second},

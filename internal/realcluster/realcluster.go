@@ -139,7 +139,7 @@ type Cluster struct {
 
 	dials                  chan dialRequest
 	stopDialer, dialerDone chan struct{}
-	cgroups []string
+	cgroups                []string
 }
 
 // Node is one node of the cluster.
