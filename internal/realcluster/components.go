@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nicaffinity/nicaffinity/internal/realkubelet"
 )
 
 func (c *Cluster) gates() []string {
@@ -147,13 +149,6 @@ done
 exec "$BIN/kubelet" "$@"
 `
 
-// sysctls the kubelet sets (setupKernelTunables): files bound over them
-// keep the host's values.
-var sysctls = []string{
-	"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
-	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
-}
-
 func (c *Cluster) startNode(i int, s NodeSpec) error {
 	n := &Node{Spec: s, IP: NodeIP(i), Dir: c.path("nodes", strconv.Itoa(i))}
 	c.Nodes = append(c.Nodes, n)
@@ -168,7 +163,7 @@ func (c *Cluster) startNode(i int, s NodeSpec) error {
 			return fmt.Errorf("preparing its machine: %w", err)
 		}
 	}
-	for _, sc := range sysctls {
+	for _, sc := range realkubelet.Sysctls {
 		v, err := os.ReadFile(filepath.Join("/proc/sys", sc))
 		if err != nil {
 			continue
@@ -199,7 +194,7 @@ func (c *Cluster) startNode(i int, s NodeSpec) error {
 	if err := os.WriteFile(p("cni", "net.d", "10-bridge.conflist"), conf, 0o644); err != nil {
 		return err
 	}
-	kc, err := kubeletConfigYAML(c.kubeletConfig(n))
+	kc, err := realkubelet.ConfigYAML(c.kubeletConfig(n))
 	if err != nil {
 		return err
 	}
@@ -323,21 +318,6 @@ func (c *Cluster) kubeletConfig(n *Node) *kubeletconfig.KubeletConfiguration {
 		},
 		Authorization: kubeletconfig.KubeletAuthorization{Mode: kubeletconfig.KubeletAuthorizationModeWebhook},
 	}
-}
-
-// kubeletConfigYAML keeps enforceNodeAllocatable as an empty list, which
-// the typed struct's omitempty would drop.
-func kubeletConfigYAML(cfg *kubeletconfig.KubeletConfiguration) ([]byte, error) {
-	b, err := yaml.Marshal(cfg)
-	if err != nil {
-		return nil, err
-	}
-	var doc map[string]any
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return nil, err
-	}
-	doc["enforceNodeAllocatable"] = []any{}
-	return yaml.Marshal(doc)
 }
 
 func (c *Cluster) waitNodesReady(ctx context.Context) error {

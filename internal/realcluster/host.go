@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/nicaffinity/nicaffinity/internal/realkubelet"
 )
 
 const cgroupRoot = "/sys/fs/cgroup"
@@ -121,25 +123,9 @@ var HostPaths = []string{"/var/lib/kubelet", "/var/log/pods", "/var/log/containe
 // taken around a cluster's life must be equal.
 func HostState() map[string]string {
 	out := map[string]string{}
-	for _, p := range HostPaths {
-		var b strings.Builder
-		err := filepath.WalkDir(p, func(path string, d os.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if info, err := d.Info(); err == nil {
-				fmt.Fprintf(&b, "%s %d %d\n", path, info.Size(), info.ModTime().UnixNano())
-			}
-			return nil
-		})
-		if errors.Is(err, os.ErrNotExist) {
-			out[p] = "absent"
-			continue
-		}
-		out[p] = b.String()
-	}
+	realkubelet.PathsState(HostPaths, out)
 	for _, s := range append([]string{"net/ipv4/ip_forward", "net/ipv4/conf/all/route_localnet", "net/bridge/bridge-nf-call-iptables",
-		"net/netfilter/nf_conntrack_max"}, sysctls...) {
+		"net/netfilter/nf_conntrack_max"}, realkubelet.Sysctls...) {
 		v, err := os.ReadFile(filepath.Join("/proc/sys", s))
 		if err != nil {
 			out["sysctl "+s] = "unreadable"

@@ -175,7 +175,7 @@ func (k *Kubelet) prepare() error {
 	if err != nil {
 		return err
 	}
-	cfg, err := configYAML(k.config(ports[0], ports[1]))
+	cfg, err := ConfigYAML(k.config(ports[0], ports[1]))
 	if err != nil {
 		return err
 	}
@@ -240,10 +240,10 @@ func (k *Kubelet) config(port, healthz int) *kubeletconfig.KubeletConfiguration 
 	return cfg
 }
 
-// configYAML writes cfg with enforceNodeAllocatable as an empty list, which
+// ConfigYAML writes cfg with enforceNodeAllocatable as an empty list, which
 // the typed struct's omitempty would drop (and the kubelet would then
 // default it to "pods", which needs QoS cgroups).
-func configYAML(cfg *kubeletconfig.KubeletConfiguration) ([]byte, error) {
+func ConfigYAML(cfg *kubeletconfig.KubeletConfiguration) ([]byte, error) {
 	b, err := yaml.Marshal(cfg)
 	if err != nil {
 		return nil, err
@@ -431,7 +431,22 @@ func (k *Kubelet) Close() {
 // around a kubelet's life must be equal.
 func HostState() map[string]string {
 	out := map[string]string{}
-	for _, p := range HostPaths {
+	PathsState(HostPaths, out)
+	for _, s := range Sysctls {
+		v, err := os.ReadFile(filepath.Join("/proc/sys", s))
+		if err != nil {
+			out["sysctl "+s] = "unreadable"
+			continue
+		}
+		out["sysctl "+s] = strings.TrimSpace(string(v))
+	}
+	return out
+}
+
+// PathsState records each path in out: "absent", or its entries with
+// their sizes and modification times.
+func PathsState(paths []string, out map[string]string) {
+	for _, p := range paths {
 		var b strings.Builder
 		err := filepath.WalkDir(p, func(path string, d os.DirEntry, err error) error {
 			if err != nil {
@@ -448,13 +463,4 @@ func HostState() map[string]string {
 		}
 		out[p] = b.String()
 	}
-	for _, s := range Sysctls {
-		v, err := os.ReadFile(filepath.Join("/proc/sys", s))
-		if err != nil {
-			out["sysctl "+s] = "unreadable"
-			continue
-		}
-		out["sysctl "+s] = strings.TrimSpace(string(v))
-	}
-	return out
 }

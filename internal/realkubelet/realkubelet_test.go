@@ -15,7 +15,7 @@ import (
 // policy reserves a CPU.
 func TestConfigYAML(t *testing.T) {
 	k := &Kubelet{base: "/tmp/rk0", opts: Options{CPUManagerPolicy: "static"}}
-	b, err := configYAML(k.config(10250, 10248))
+	b, err := ConfigYAML(k.config(10250, 10248))
 	if err != nil {
 		t.Fatal(err)
 	}
