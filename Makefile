@@ -10,7 +10,7 @@ DEMO_PROFILE ?= oci-bm-gpu-h100-8-8gpu-8x2portcx7
 DEMO_REPORT ?= _output/demo
 FUZZTIME     ?= 10s
 
-.PHONY: all build build-images images image-tag cluster-bin test-cluster FORCE test test-compat test-kubelet vet demo demo-large demo-dra demo-topo bench fuzz clean
+.PHONY: all build build-images images image-tag cluster-bin test-cluster cluster-up cluster-down FORCE test test-compat test-kubelet vet demo demo-large demo-dra demo-topo bench fuzz clean
 
 all: build
 
@@ -149,6 +149,27 @@ test-cluster: cluster-bin build-images $(IMAGES_DIR)/libc6.tar $(IMAGES_DIR)/bin
 	$(GO) vet -tags cluster ./test/cluster/
 	NICAFFINITY_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) NICAFFINITY_IMAGES=$(abspath $(IMAGES_DIR)) \
 	  $(GO) test -vet=off -tags cluster -count=1 -timeout 40m -v ./test/cluster/
+
+# The same cluster with nicaffinity installed, left running for you to
+# try manifests/examples on (root; the README's Deploy section). It writes
+# _output/cluster-up/kubeconfig; make cluster-down stops it.
+CLUSTER_UP := _output/cluster-up
+cluster-up: cluster-bin build-images $(IMAGES_DIR)/libc6.tar $(IMAGES_DIR)/bin/device-plugin-standin
+	$(MAKE) images IMAGE_LOAD=none
+	mkdir -p $(CLUSTER_UP)
+	$(GO) build -o $(CLUSTER_UP)/cluster-up ./hack/cluster-up
+	@if [ -f $(CLUSTER_UP)/pid ] && kill -0 $$(cat $(CLUSTER_UP)/pid) 2>/dev/null; then echo "a cluster runs already (pid $$(cat $(CLUSTER_UP)/pid)): make cluster-down first"; exit 1; fi
+	@rm -f $(CLUSTER_UP)/kubeconfig; \
+	NICAFFINITY_CLUSTER_BIN=$(abspath $(CLUSTER_BIN)) nohup $(CLUSTER_UP)/cluster-up --out $(CLUSTER_UP) --images $(IMAGES_DIR) > $(CLUSTER_UP)/log 2>&1 & echo $$! > $(CLUSTER_UP)/pid; \
+	pid=$$(cat $(CLUSTER_UP)/pid); \
+	until [ -f $(CLUSTER_UP)/kubeconfig ]; do \
+	  kill -0 $$pid 2>/dev/null || { tail -30 $(CLUSTER_UP)/log; exit 1; }; sleep 1; \
+	done; grep -v '^[IWE][0-9]' $(CLUSTER_UP)/log | tail -5
+
+cluster-down:
+	@if [ -f $(CLUSTER_UP)/pid ] && kill $$(cat $(CLUSTER_UP)/pid) 2>/dev/null; then \
+	  while kill -0 $$(cat $(CLUSTER_UP)/pid) 2>/dev/null; do sleep 0.5; done; echo "stopped"; \
+	else echo "no cluster runs"; fi; rm -f $(CLUSTER_UP)/pid
 
 FORCE:
 

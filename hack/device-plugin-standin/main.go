@@ -31,7 +31,7 @@ func main() {
 	vendorDir := flag.String("vendor-dir", "", "where GPUs and VFs register: the allocation proxy's vendor directory, or the kubelet's device-plugin directory")
 	kubeletDir := flag.String("kubelet-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory, where the RDMA slots register")
 	gpuRes := flag.String("gpu-resource", "nvidia.com/gpu", "")
-	rdmaRes := flag.String("rdma-resource", "rdma/hca", "")
+	rdmaRes := flag.String("rdma-resource", "rdma/rdma_shared_device_a", "the RDMA shared device plugin's resource (the NVIDIA Network Operator's default name, which manifests/examples ask for)")
 	vfRes := flag.String("vf-resource", "openshift.io/sriov_highnet", "")
 	flag.Parse()
 	if *vendorDir == "" {

@@ -19,75 +19,32 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/nicaffinity/nicaffinity/internal/images"
+	"github.com/nicaffinity/nicaffinity/internal/clusterinstall"
 	"github.com/nicaffinity/nicaffinity/internal/realcluster"
-	"github.com/nicaffinity/nicaffinity/pkg/machines"
 )
 
 // imagesEnv names make images' output directory; make test-cluster sets it.
 const imagesEnv = "NICAFFINITY_IMAGES"
 
-// standinRef and pauseRef are the test-only images built here.
 const (
-	standinRef = "nicaffinity.test/device-plugin-standin:test"
-	pauseRef   = "registry.k8s.io/pause:3.10.1"
+	standinRef = clusterinstall.StandinRef
+	pauseRef   = clusterinstall.PauseRef
+	schedNS    = clusterinstall.SchedulerNS
+	nodeNS     = clusterinstall.NodeNS
+	vendorNS   = clusterinstall.VendorNS
 )
 
-// The nodes: an HGX H100, whose every GPU has a NIC at PIX, and an H20
-// with SR-IOV VFs on two NICs.
-var nodeShapes = []struct{ name, machine string }{
-	{"gpu-a", "hgx-h100-8gpu-8nic"},
-	{"gpu-b", "h20-3e-8gpu-11nic-sriov"},
-}
+// nodeShapes are the cluster's nodes.
+var nodeShapes = clusterinstall.Shapes
 
 type env struct {
 	t   *testing.T
 	c   *realcluster.Cluster
 	tag string
-}
-
-// testImages builds the sandbox image and the stand-in vendor plugin's
-// image with the shipped images' recipe.
-func testImages(t *testing.T, dir string) []string {
-	t.Helper()
-	bin, err := realcluster.BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := images.Build{BinDir: filepath.Join(dir, "bin"), LibcTar: filepath.Join(dir, "libc6.tar"), LibcVersion: "test", Version: "test", Created: time.Unix(0, 0)}
-	var out []string
-	for _, x := range []struct {
-		img images.Image
-		ref string
-		bin string
-	}{
-		{images.Image{Name: "pause", User: images.NonRoot}, pauseRef, bin},
-		{images.Image{Name: "device-plugin-standin", CGO: true}, standinRef, ""},
-	} {
-		bb := b
-		if x.bin != "" {
-			bb.BinDir = x.bin
-		}
-		img, err := bb.Image(x.img)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ref, err := name.NewTag(x.ref)
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(t.TempDir(), x.img.Name+".tar")
-		if err := images.WriteArchive(path, ref, img); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, path)
-	}
-	return out
 }
 
 func startEnv(t *testing.T) *env {
@@ -99,29 +56,17 @@ func startEnv(t *testing.T) *env {
 	if dir == "" {
 		t.Fatalf("$%s is not set: make test-cluster builds the images and sets it", imagesEnv)
 	}
-	// The tag the chart is installed with is the one make images gave
-	// the archives.
-	_, ref, err := images.ReadArchive(filepath.Join(dir, "scheduler.tar"), t.TempDir())
+	bin, err := realcluster.BinDir()
 	if err != nil {
-		t.Fatalf("the scheduler's image archive: %v (make images writes it)", err)
+		t.Fatal(err)
 	}
-	tag := ref[strings.LastIndex(ref, ":")+1:]
-	archives := testImages(t, dir)
-	for _, i := range images.Shipped {
-		archives = append(archives, filepath.Join(dir, i.Name+".tar"))
+	archives, tag, err := clusterinstall.Images(dir, bin, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
-	var nodes []realcluster.NodeSpec
-	for _, s := range nodeShapes {
-		m, ok := machines.Lookup(s.machine)
-		if !ok {
-			t.Fatalf("no machine %s", s.machine)
-		}
-		nodes = append(nodes, realcluster.NodeSpec{Name: s.name, Labels: map[string]string{"nvidia.com/gpu.present": "true"},
-			Prepare: func(d string) error {
-				tree := machines.New(d)
-				m.Build(tree)
-				return tree.Err()
-			}})
+	nodes, err := clusterinstall.Nodes()
+	if err != nil {
+		t.Fatal(err)
 	}
 	before := realcluster.HostState()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -182,17 +127,8 @@ func chart(t *testing.T) string {
 }
 
 // clusterValues are the values a real cluster of this kind needs beyond
-// the chart's defaults; the README's Deploy section names each.
-func (e *env) clusterValues() []string {
-	return []string{
-		"--set", "image.tag=" + e.tag,
-		// No NVIDIA container runtime here.
-		"--set", "exporter.runtimeClassName=null",
-		// GPUs are simulated: the nodes' sysfs trees.
-		"--set", "sysfsRoot=" + realcluster.MachineDir,
-		"--set", "allocationProxy.enabled=true",
-	}
-}
+// the chart's defaults (clusterinstall.Values).
+func (e *env) clusterValues() []string { return clusterinstall.Values(e.tag) }
 
 func (e *env) helm(args ...string) {
 	e.t.Helper()
@@ -249,61 +185,7 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// Namespaces of the chart (its defaults) and of the stand-in plugin.
-const (
-	schedNS   = "nicaffinity-system"
-	nodeNS    = "nicaffinity-node"
-	vendorNS  = "vendor-standin"
-	vendorDir = "/var/lib/nicaffinity/device-plugins" // the chart's allocationProxy.vendorDir
-)
-
-// vendorManifest is the stand-in vendor device plugin's DaemonSet: GPUs
-// and VFs register with the allocation proxy (vendorDir), RDMA with the
-// kubelet, as the NVIDIA, SR-IOV and RDMA shared plugins would once
-// pointed at the proxy (docs/allocation-proxy.md).
-func vendorManifest(toKubelet bool) string {
-	dir := vendorDir
-	if toKubelet {
-		dir = "/var/lib/kubelet/device-plugins"
-	}
-	return fmt.Sprintf(`apiVersion: v1
-kind: Namespace
-metadata:
-  name: %[1]s
-  labels:
-    pod-security.kubernetes.io/enforce: privileged
----
-apiVersion: apps/v1
-kind: DaemonSet
-metadata:
-  name: device-plugin-standin
-  namespace: %[1]s
-spec:
-  selector:
-    matchLabels: {app: device-plugin-standin}
-  template:
-    metadata:
-      labels: {app: device-plugin-standin}
-    spec:
-      nodeSelector: {nvidia.com/gpu.present: "true"}
-      containers:
-      - name: plugin
-        image: %[2]s
-        imagePullPolicy: Never
-        args: ["--sysfs-root=/host/sys", "--vendor-dir=%[3]s"]
-        volumeMounts:
-        - {name: kubelet, mountPath: /var/lib/kubelet/device-plugins}
-        - {name: vendor, mountPath: %[4]s}
-        - {name: sys, mountPath: /host/sys, readOnly: true}
-      volumes:
-      - name: kubelet
-        hostPath: {path: /var/lib/kubelet/device-plugins, type: Directory}
-      - name: vendor
-        hostPath: {path: %[4]s, type: DirectoryOrCreate}
-      - name: sys
-        hostPath: {path: %[5]s, type: Directory}
-`, vendorNS, standinRef, dir, vendorDir, realcluster.MachineDir)
-}
+func vendorManifest(toKubelet bool) string { return clusterinstall.VendorManifest(toKubelet) }
 
 // apply applies a manifest with kubectl.
 func (e *env) apply(manifest string) {

@@ -30,7 +30,7 @@ func TestClusterInstall(t *testing.T) {
 	e := startEnv(t)
 	e.install()
 	for i, s := range nodeShapes {
-		topo, err := machines.Load(s.machine)
+		topo, err := machines.Load(s.Machine)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +38,7 @@ func TestClusterInstall(t *testing.T) {
 		var got map[string]string
 		var text string
 		err = wait.PollUntilContextTimeout(context.Background(), time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
-			out, err := e.kubectlNicaffinity("topo", s.name, "-o", "json")
+			out, err := e.kubectlNicaffinity("topo", s.Name, "-o", "json")
 			if err != nil {
 				return false, nil
 			}
@@ -47,14 +47,14 @@ func TestClusterInstall(t *testing.T) {
 				return false, nil
 			}
 			got = kubectlLevels(m)
-			text, _ = e.kubectlNicaffinity("topo", s.name)
+			text, _ = e.kubectlNicaffinity("topo", s.Name)
 			return cmp.Equal(want, got), nil
 		})
 		if err != nil {
-			t.Errorf("node %s (%s): its object's GPU-NIC levels differ from nicaffinity topo --machine (-want,+got):\n%s", e.c.Nodes[i].Spec.Name, s.machine, cmp.Diff(want, got))
+			t.Errorf("node %s (%s): its object's GPU-NIC levels differ from nicaffinity topo --machine (-want,+got):\n%s", e.c.Nodes[i].Spec.Name, s.Machine, cmp.Diff(want, got))
 		}
 		if !strings.Contains(text, "GPU0") {
-			t.Errorf("kubectl nicaffinity topo %s printed no matrix:\n%s", s.name, text)
+			t.Errorf("kubectl nicaffinity topo %s printed no matrix:\n%s", s.Name, text)
 		}
 	}
 	// The scheduler's pods run under the restricted Pod Security level of

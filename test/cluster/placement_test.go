@@ -24,7 +24,7 @@ import (
 
 const (
 	gpuRes  = "nvidia.com/gpu"
-	rdmaRes = "rdma/hca"
+	rdmaRes = "rdma/rdma_shared_device_a"
 	vfRes   = "openshift.io/sriov_highnet"
 	ns      = "default"
 )
