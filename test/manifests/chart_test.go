@@ -212,6 +212,17 @@ func TestChartInstalls(t *testing.T) {
 		name:      "defaults",
 		wantKinds: map[string]int{"DaemonSet": 1, "Deployment": 1, "ServiceMonitor": 0, "ValidatingAdmissionPolicy": 6},
 	}, {
+		// Rails by subnet need the host's network namespace.
+		name: "rails by subnet",
+		vals: map[string]any{"exporter": map[string]any{"railSource": "subnet"}},
+		check: func(t *testing.T, objs map[string]map[string]any) {
+			ds := objs["DaemonSet nicaffinity-node/topology-exporter"]
+			spec, _ := ds["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+			if spec["hostNetwork"] != true || spec["dnsPolicy"] != "ClusterFirstWithHostNet" {
+				t.Errorf("railSource=subnet: exporter hostNetwork %v, dnsPolicy %v; want true, ClusterFirstWithHostNet", spec["hostNetwork"], spec["dnsPolicy"])
+			}
+		},
+	}, {
 		name: "everything on, renamed and retuned",
 		vals: map[string]any{
 			"namespaces":       map[string]any{"scheduler": "gpu-sched", "node": "gpu-node"},
