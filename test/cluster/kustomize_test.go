@@ -4,7 +4,7 @@ package cluster
 
 import (
 	"path/filepath"
-	"strings"
+	"regexp"
 	"testing"
 	"time"
 
@@ -30,14 +30,15 @@ func TestClusterKustomize(t *testing.T) {
 		t.Fatalf("kubectl kustomize manifests/: %v\n%s", err, rendered)
 	}
 	for _, r := range []struct{ old, new string }{
-		{":v0.37.0\n", ":" + e.tag + "\n"},
-		{"runtimeClassName: nvidia\n", ""},
-		{"path: /sys\n", "path: " + realcluster.MachineDir + "\n"},
+		{`:v0\.37\.0\n`, ":" + e.tag + "\n"},
+		{`(?m)^\s*runtimeClassName: nvidia\n`, ""},
+		{`path: /sys\n`, "path: " + realcluster.MachineDir + "\n"},
 	} {
-		if !strings.Contains(rendered, r.old) {
-			t.Fatalf("kubectl kustomize manifests/ renders no %q to change", strings.TrimSpace(r.old))
+		re := regexp.MustCompile(r.old)
+		if !re.MatchString(rendered) {
+			t.Fatalf("kubectl kustomize manifests/ renders no %q to change", r.old)
 		}
-		rendered = strings.ReplaceAll(rendered, r.old, r.new)
+		rendered = re.ReplaceAllLiteralString(rendered, r.new)
 	}
 	e.apply(rendered)
 	e.apply(vendorManifest(true))
