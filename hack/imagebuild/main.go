@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -52,7 +53,7 @@ func run() error {
 	}
 	var written []string
 	for _, img := range images.Shipped {
-		if *only != "" && !contains(strings.Split(*only, ","), img.Name) {
+		if *only != "" && !slices.Contains(strings.Split(*only, ","), img.Name) {
 			continue
 		}
 		ref, err := name.NewTag(*repo + "/" + img.Name + ":" + *tag)
@@ -129,13 +130,4 @@ func loadAll(which string, archives []string) error {
 		fmt.Println("no docker, podman or containerd answers here: the archives above are the images; load them with `ctr -n k8s.io images import`, `docker load -i` or `podman load -i`, or push them with `make images PUSH=1`")
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

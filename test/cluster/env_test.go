@@ -9,7 +9,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -102,11 +101,7 @@ func startEnv(t *testing.T) *env {
 func (e *env) run(name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	var out bytes.Buffer
-	cmd := e.c.Command(ctx, name, args...)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.String(), err
+	return clusterinstall.Run(ctx, e.c, name, args...)
 }
 
 func (e *env) kubectl(args ...string) string {

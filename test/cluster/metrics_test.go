@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -135,7 +136,7 @@ func TestClusterMetrics(t *testing.T) {
 				}
 				missing = missing[:0]
 				for _, m := range want {
-					if !contains(c.except, m) && !regexp.MustCompile(`(?m)^`+m+`(_bucket|_sum|_count)?[{ ]`).MatchString(body) {
+					if !slices.Contains(c.except, m) && !regexp.MustCompile(`(?m)^`+m+`(_bucket|_sum|_count)?[{ ]`).MatchString(body) {
 						missing = append(missing, m)
 					}
 				}
@@ -149,13 +150,4 @@ func TestClusterMetrics(t *testing.T) {
 			t.Errorf("%s: series missing from /metrics: %v", c.section, missing)
 		}
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
