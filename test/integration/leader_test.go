@@ -32,26 +32,11 @@ func TestLeaderElection(t *testing.T) {
 	dir := t.TempDir()
 	bin := schedulerBinary(t, dir)
 	cp := controlplane.Start(t)
-	ctx := context.Background()
-	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cluster.Start(t, cp, cluster.DefaultOptions(), cluster.NodeSpec{Name: "h100", Machine: machines.HGXH100, Policy: kubeletsim.Planned})
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := schedulerrun.ShippedConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Short lease timings so the takeover fits in a test.
-	cfg = strings.Replace(cfg, "  leaderElect: true\n", "  leaderElect: true\n  leaseDuration: 4s\n  renewDeadline: 3s\n  retryPeriod: 500ms\n", 1)
-	cfg = strings.Replace(cfg, "kind: KubeSchedulerConfiguration\n", "kind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: "+kubeconfig+"\n", 1)
-	cfgPath := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath := schedulerSetup(t, cp, dir, func(cfg string) string {
+		return strings.Replace(cfg, "  leaderElect: true\n", "  leaderElect: true\n  leaseDuration: 4s\n  renewDeadline: 3s\n  retryPeriod: 500ms\n", 1)
+	})
+	ctx := context.Background()
 	procs := map[string]*exec.Cmd{}
 	logs := map[string]*syncBuffer{}
 	for _, id := range []string{"replica-a", "replica-b"} {
@@ -109,6 +94,36 @@ func TestLeaderElection(t *testing.T) {
 	if again := e.pod(t, "first"); again.Spec.NodeName != first.Spec.NodeName || again.UID != first.UID {
 		t.Errorf("first pod changed: %s -> %s", first.Spec.NodeName, again.Spec.NodeName)
 	}
+}
+
+// schedulerSetup makes what a scheduler binary needs on cp: the
+// nicaffinity-system namespace, one HGX H100 node with its exporter, and
+// the shipped configuration (edited by edit, when not nil) pointed at cp,
+// written in dir. It returns the configuration's path.
+func schedulerSetup(t *testing.T, cp *controlplane.ControlPlane, dir string, edit func(string) string) string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cluster.Start(t, cp, cluster.DefaultOptions(), cluster.NodeSpec{Name: "h100", Machine: machines.HGXH100, Policy: kubeletsim.Planned})
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := schedulerrun.ShippedConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		cfg = edit(cfg)
+	}
+	cfg = strings.Replace(cfg, "kind: KubeSchedulerConfiguration\n", "kind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: "+kubeconfig+"\n", 1)
+	cfgPath := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfgPath
 }
 
 // schedulerBinary builds cmd/scheduler into dir.

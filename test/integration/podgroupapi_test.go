@@ -2,23 +2,16 @@ package integration
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/nicaffinity/nicaffinity/internal/cluster"
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
-	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
-	"github.com/nicaffinity/nicaffinity/internal/schedulerrun"
 	"github.com/nicaffinity/nicaffinity/pkg/doctor"
-	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/podgroupapi"
 )
 
@@ -34,26 +27,11 @@ func TestSchedulerWithoutPodGroupAPI(t *testing.T) {
 	bin := schedulerBinary(t, dir)
 	cp := controlplane.Start(t)
 	ctx := context.Background()
-	if _, err := cp.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nicaffinity-system"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	if served, err := podgroupapi.Served(cp.Kube.Discovery()); err != nil || served {
 		t.Fatalf("the default control plane serves PodGroups (%v, %v): the test needs one that does not", served, err)
 	}
-	cluster.Start(t, cp, cluster.DefaultOptions(), cluster.NodeSpec{Name: "h100", Machine: machines.HGXH100, Policy: kubeletsim.Planned})
+	cfgPath := schedulerSetup(t, cp, dir, nil)
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := schedulerrun.ShippedConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg = strings.Replace(cfg, "kind: KubeSchedulerConfiguration\n", "kind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: "+kubeconfig+"\n", 1)
-	cfgPath := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	// The chart's command line: its feature gates included.
 	log := &syncBuffer{}
 	cmd := exec.Command(bin, "--config="+cfgPath, "--feature-gates=GenericWorkload=true", "--secure-port=0", "--v=2")
