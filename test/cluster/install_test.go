@@ -3,9 +3,12 @@
 package cluster
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/nicaffinity/nicaffinity/internal/images"
 	"github.com/nicaffinity/nicaffinity/pkg/doctor"
 	"github.com/nicaffinity/nicaffinity/pkg/kubectlplugin"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
@@ -129,4 +133,53 @@ func kubectlLevels(m *kubectlplugin.Matrix) map[string]string {
 func decodeMatrix(s string) (*kubectlplugin.Matrix, error) {
 	var m kubectlplugin.Matrix
 	return &m, json.Unmarshal([]byte(s), &m)
+}
+
+// TestClusterImages: the archives make images wrote, as the nodes imported
+// them, are the recipe's: the entrypoint is the binary, at /<name>, the
+// user the manifests run it as, and the exporter's C library and loader
+// from Debian's libc6 (a cgo binary on a scratch base runs only with them).
+func TestClusterImages(t *testing.T) {
+	dir := os.Getenv(imagesEnv)
+	if dir == "" {
+		t.Fatalf("$%s is not set: make test-cluster builds the images and sets it", imagesEnv)
+	}
+	for _, want := range images.Shipped {
+		img, ref, err := images.ReadArchive(filepath.Join(dir, want.Name+".tar"), t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(ref, "/"+want.Name+":") || len(cf.Config.Entrypoint) != 1 || cf.Config.Entrypoint[0] != want.Entrypoint() || cf.Config.User != want.User {
+			t.Errorf("%s: name %q, entrypoint %v, user %q; want %s, %q", want.Name, ref, cf.Config.Entrypoint, cf.Config.User, want.Entrypoint(), want.User)
+		}
+		files := map[string]bool{}
+		layers, err := img.Layers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range layers {
+			rc, err := l.Uncompressed()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := tar.NewReader(rc)
+			for h, err := tr.Next(); err == nil; h, err = tr.Next() {
+				files[h.Name] = true
+			}
+			rc.Close()
+		}
+		wantFiles := []string{want.Name, "etc/passwd"}
+		if want.CGO {
+			wantFiles = append(wantFiles, "lib64/ld-linux-x86-64.so.2", "lib/x86_64-linux-gnu/libc.so.6")
+		}
+		for _, f := range wantFiles {
+			if !files[f] {
+				t.Errorf("%s: the image has no %s", want.Name, f)
+			}
+		}
+	}
 }
