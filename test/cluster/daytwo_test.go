@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/nicaffinity/nicaffinity/pkg/doctor"
@@ -104,7 +105,7 @@ func (e *env) replacePod(namespace, selector, node string) {
 			return false, nil
 		}
 		p := l.Items[0]
-		return p.UID != old && p.Status.Phase == corev1.PodRunning && podReady(&p), nil
+		return p.UID != old && p.Status.Phase == corev1.PodRunning && podutils.IsPodReady(&p), nil
 	})
 }
 

@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nicaffinity/nicaffinity/internal/clusterinstall"
 	"github.com/nicaffinity/nicaffinity/internal/realcluster"
@@ -153,7 +154,7 @@ func (e *env) waitPodsReady(ns string, want int, timeout time.Duration) []corev1
 			return false, nil
 		}
 		for _, p := range pods {
-			if p.Status.Phase != corev1.PodRunning || !podReady(&p) {
+			if p.Status.Phase != corev1.PodRunning || !podutils.IsPodReady(&p) {
 				why = fmt.Sprintf("pod %s is %s", p.Name, p.Status.Phase)
 				failing = p.Name
 				return false, nil
@@ -169,15 +170,6 @@ func (e *env) waitPodsReady(ns string, want int, timeout time.Duration) []corev1
 		e.t.Fatalf("namespace %s: pods not Running and Ready: %s (%v)\n%s", ns, why, err, detail)
 	}
 	return pods
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func vendorManifest(toKubelet bool) string { return clusterinstall.VendorManifest(toKubelet) }
