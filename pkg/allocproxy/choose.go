@@ -34,8 +34,10 @@ const (
 	KindVF
 )
 
-// Candidate is a pod bound to this node that carries a plan and holds none
-// of the resource yet: perhaps the pod the kubelet is admitting.
+// Candidate is a pod bound to this node that holds none of the resource
+// yet: perhaps the pod the kubelet is admitting. Most carry a plan; an
+// Unplanned one (another scheduler's pod) is listed too, so that a request
+// that is most likely its own is not handed a planned pod's devices.
 type Candidate struct {
 	Namespace, Name string
 	UID             types.UID
@@ -53,6 +55,8 @@ type Candidate struct {
 	// SetsIBHCA is whether a container of the pod sets NCCL_IB_HCA itself
 	// (env, literal or not): the proxy then sets none.
 	SetsIBHCA bool
+	// Unplanned: the pod carries no usable plan (Plan is empty).
+	Unplanned bool
 }
 
 // Key is namespace/name.
@@ -79,7 +83,8 @@ const (
 
 // Choice is Choose's answer. With IDs, the plan of Pod is followed. Without,
 // Reason and Message say why not, and Pod is the pod the request most
-// likely is (the oldest candidate of that size), when there is one.
+// likely is (the oldest candidate of that size), when there is one; an
+// Unplanned Pod comes with ReasonNoPlan.
 type Choice struct {
 	Pod     *Candidate
 	IDs     []string
@@ -88,14 +93,16 @@ type Choice struct {
 }
 
 // Choose finds the candidate the request is for and its planned device IDs:
-// the first bound (Order, else Created) whose plan fits.
+// the first bound (Order, else Created) that is unplanned or whose plan
+// fits. An unplanned pod first in that order is the likeliest owner of the
+// request, so the plans behind it are kept for their own pods.
 // vfPF maps a VF's PCI address to the RDMA device name of its PF (KindVF
 // only). It never fails: without a usable plan the Choice says why.
 func Choose(req Request, cands []Candidate, vfPF map[string]string) Choice {
 	ordered := make([]*Candidate, 0, len(cands))
 	for i := range cands {
 		c := &cands[i]
-		if c.Requests[req.Resource] == int64(req.Size) && (req.Kind != KindGPU || len(c.Plan.GPUs) == req.Size) {
+		if c.Requests[req.Resource] == int64(req.Size) && (c.Unplanned || req.Kind != KindGPU || len(c.Plan.GPUs) == req.Size) {
 			ordered = append(ordered, c)
 		}
 	}
@@ -118,6 +125,11 @@ func Choose(req Request, cands []Candidate, vfPF map[string]string) Choice {
 	var first Choice
 	for _, c := range ordered {
 		var ch Choice
+		if c.Unplanned {
+			// Older plans, if any, cannot be followed: this pod's request
+			// is likelier, and the vendor then keeps off the plans behind.
+			return Choice{Pod: c, Reason: ReasonNoPlan, Message: fmt.Sprintf("%s, bound before any pod whose plan fits, has no plan", c.Key())}
+		}
 		if req.Kind == KindGPU {
 			ch = gpuPlan(req, c, available)
 		} else {

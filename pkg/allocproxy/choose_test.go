@@ -26,6 +26,12 @@ func cand(name string, age int, uuids bool, gpus []string, nics ...string) Candi
 	return c
 }
 
+// plain is another scheduler's pod of gpus GPUs, without a plan.
+func plain(name string, age int, gpus int64) Candidate {
+	return Candidate{Namespace: "ml", Name: name, UID: types.UID("uid-" + name), Created: t0.Add(time.Duration(age) * time.Second),
+		Requests: map[string]int64{"nvidia.com/gpu": gpus}, Unplanned: true}
+}
+
 func withOrder(c Candidate, rv uint64) Candidate {
 	c.Order = rv
 	return c
@@ -65,6 +71,14 @@ func TestChoose(t *testing.T) {
 			"one", []string{"GPU-0000:35:00.0"}, ""},
 		{"no pod with a plan of that size", gpuReq(4, allUUIDs...), []Candidate{a, b, one}, "", nil, ReasonNoPlan},
 		{"no candidates", gpuReq(1, allUUIDs...), nil, "", nil, ReasonNoPlan},
+		{"a plain pod of that size bound first: the request is its own", gpuReq(2, allUUIDs...), []Candidate{withOrder(a, 9), withOrder(plain("p", 5, 2), 8)},
+			"p", nil, ReasonNoPlan},
+		{"a plain pod bound after: the plan is followed", gpuReq(2, allUUIDs...), []Candidate{withOrder(a, 7), withOrder(plain("p", 0, 2), 8)},
+			"a", []string{"GPU-0000:15:00.0", "GPU-0000:16:00.0"}, ""},
+		{"a plain pod of another size does not count", gpuReq(2, allUUIDs...), []Candidate{withOrder(a, 9), withOrder(plain("p", 0, 4), 8)},
+			"a", []string{"GPU-0000:15:00.0", "GPU-0000:16:00.0"}, ""},
+		{"an older plan that cannot be followed, then a plain pod: the plain pod's", gpuReq(2, allUUIDs[1:]...), []Candidate{withOrder(a, 7), withOrder(plain("p", 0, 2), 8), withOrder(b, 9)},
+			"p", nil, ReasonNoPlan},
 		{"the oldest pod's GPUs are taken: the next that fits", gpuReq(2, allUUIDs[1:]...), []Candidate{a, b},
 			"b", []string{"GPU-0000:25:00.0", "GPU-0000:26:00.0"}, ""},
 		{"every plan's GPUs taken: fall back, naming the oldest pod", gpuReq(2, allUUIDs[4:]...), []Candidate{b, a},

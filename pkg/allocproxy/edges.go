@@ -21,7 +21,8 @@ type PodPlans struct {
 	Lister corelisters.PodLister
 }
 
-// Candidates lists the node's live pods that carry a plan.
+// Candidates lists the node's live pods: those with a plan, and the others
+// (Unplanned) that request a device.
 func (pp PodPlans) Candidates() []Candidate {
 	pods, err := pp.Lister.List(labels.Everything())
 	if err != nil {
@@ -31,16 +32,55 @@ func (pp PodPlans) Candidates() []Candidate {
 	for _, pod := range pods {
 		if c, ok := CandidateOf(pp.Node, pod); ok {
 			out = append(out, c)
+		} else if c, ok := unplannedOf(pp.Node, pod); ok {
+			out = append(out, c)
 		}
 	}
 	return out
 }
 
+// unplannedOf reads a live pod of node without a usable plan that requests
+// something: another scheduler's pod, which the kubelet may be admitting.
+func unplannedOf(node string, pod *corev1.Pod) (Candidate, bool) {
+	if !live(node, pod) {
+		return Candidate{}, false
+	}
+	reqs := requests(pod)
+	if len(reqs) == 0 {
+		return Candidate{}, false
+	}
+	return Candidate{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Order: order(pod), Created: pod.CreationTimestamp.Time, Requests: reqs,
+		SetsIBHCA: setsEnv(pod, EnvIBHCA), Unplanned: true}, true
+}
+
+// live: bound to node, not finished or going.
+func live(node string, pod *corev1.Pod) bool {
+	return pod.Spec.NodeName == node && pod.DeletionTimestamp == nil &&
+		pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+}
+
+// requests is the pod's positive requests by resource name.
+func requests(pod *corev1.Pod) map[string]int64 {
+	reqs := map[string]int64{}
+	for name, q := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}) {
+		if v := q.Value(); v > 0 {
+			reqs[string(name)] = v
+		}
+	}
+	return reqs
+}
+
+// order is the pod's resourceVersion as an etcd revision (comparable where
+// it parses), 0 when it does not.
+func order(pod *corev1.Pod) uint64 {
+	o, _ := strconv.ParseUint(pod.ResourceVersion, 10, 64)
+	return o
+}
+
 // CandidateOf reads one pod: bound to node, not finished or going, with a
 // plan for node.
 func CandidateOf(node string, pod *corev1.Pod) (Candidate, bool) {
-	if pod.Spec.NodeName != node || pod.DeletionTimestamp != nil ||
-		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+	if !live(node, pod) {
 		return Candidate{}, false
 	}
 	v, ok := pod.Annotations[annotations.AllocationKey]
@@ -52,15 +92,7 @@ func CandidateOf(node string, pod *corev1.Pod) (Candidate, bool) {
 		klog.V(2).InfoS("Pod's plan is unusable", "pod", klog.KObj(pod), "err", err, "planNode", plan.Node)
 		return Candidate{}, false
 	}
-	reqs := map[string]int64{}
-	for name, q := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}) {
-		if v := q.Value(); v > 0 {
-			reqs[string(name)] = v
-		}
-	}
-	// Resource versions are etcd revisions: comparable where they parse.
-	order, _ := strconv.ParseUint(pod.ResourceVersion, 10, 64)
-	return Candidate{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Order: order, Created: pod.CreationTimestamp.Time, Plan: plan, Requests: reqs,
+	return Candidate{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Order: order(pod), Created: pod.CreationTimestamp.Time, Plan: plan, Requests: requests(pod),
 		SetsIBHCA: setsEnv(pod, EnvIBHCA)}, true
 }
 

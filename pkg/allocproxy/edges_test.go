@@ -30,26 +30,32 @@ func TestCandidateOf(t *testing.T) {
 		name string
 		pod  *corev1.Pod
 		want bool
+		// wantUnplanned: PodPlans lists it as another scheduler's pod.
+		wantUnplanned bool
 	}{
-		{"a planned pod of this node", pod(nil), true},
-		{"another node", pod(func(p *corev1.Pod) { p.Spec.NodeName = "m" }), false},
+		{"a planned pod of this node", pod(nil), true, false},
+		{"another node", pod(func(p *corev1.Pod) { p.Spec.NodeName = "m" }), false, false},
 		{"a plan for another node", pod(func(p *corev1.Pod) {
 			p.Annotations[annotations.AllocationKey] = annotations.Marshal(annotations.Allocation{Node: "m", GPUs: []string{"0000:15:00.0"}})
-		}), false},
-		{"no plan", pod(func(p *corev1.Pod) { delete(p.Annotations, annotations.AllocationKey) }), false},
-		{"a plan that is not JSON", pod(func(p *corev1.Pod) { p.Annotations[annotations.AllocationKey] = "{" }), false},
+		}), false, true},
+		{"no plan", pod(func(p *corev1.Pod) { delete(p.Annotations, annotations.AllocationKey) }), false, true},
+		{"a plan that is not JSON", pod(func(p *corev1.Pod) { p.Annotations[annotations.AllocationKey] = "{" }), false, true},
 		{"a plan with a garbage bus ID", pod(func(p *corev1.Pod) {
 			p.Annotations[annotations.AllocationKey] = `{"node":"n","gpus":["x"],"nrtGeneration":0}`
-		}), false},
+		}), false, true},
 		{"a plan with unknown fields", pod(func(p *corev1.Pod) {
 			p.Annotations[annotations.AllocationKey] = `{"node":"n","gpus":[],"nrtGeneration":0,"more":1}`
-		}), false},
+		}), false, true},
 		{"a plan with more UUIDs than GPUs", pod(func(p *corev1.Pod) {
 			p.Annotations[annotations.AllocationKey] = `{"node":"n","gpus":["0000:15:00.0"],"uuids":["a","b"],"nrtGeneration":0}`
-		}), false},
-		{"finished", pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), false},
-		{"failed", pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), false},
-		{"being deleted", pod(func(p *corev1.Pod) { p.DeletionTimestamp = &now }), false},
+		}), false, true},
+		{"finished", pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), false, false},
+		{"failed", pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), false, false},
+		{"being deleted", pod(func(p *corev1.Pod) { p.DeletionTimestamp = &now }), false, false},
+		{"no plan and no requests", pod(func(p *corev1.Pod) {
+			delete(p.Annotations, annotations.AllocationKey)
+			p.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
+		}), false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,6 +65,13 @@ func TestCandidateOf(t *testing.T) {
 			}
 			if ok && (c.Requests["nvidia.com/gpu"] != 1 || c.Key() != "ml/p" || len(c.Plan.GPUs) != 1) {
 				t.Errorf("candidate %+v", c)
+			}
+			u, ok := unplannedOf("n", tc.pod)
+			if want := tc.wantUnplanned || tc.want; ok != want {
+				t.Fatalf("unplanned = %v, want %v", ok, want)
+			}
+			if ok && (!u.Unplanned || u.Requests["nvidia.com/gpu"] != 1 || len(u.Plan.GPUs) != 0) {
+				t.Errorf("unplanned candidate %+v", u)
 			}
 		})
 	}

@@ -938,7 +938,7 @@ func (p *Proxy) preferred(ctx context.Context, f *front, cr *pluginapi.Container
 		req := Request{Resource: f.resource, Kind: f.kind, Available: cr.AvailableDeviceIDs, MustInclude: cr.MustIncludeDeviceIDs, Size: int(cr.AllocationSize)}
 		cands := p.candidates(ctx, f.resource)
 		ch := Choose(req, cands, p.cfg.VFPF)
-		for wait := time.After(p.cfg.PlanWait); ch.Reason == ReasonNoPlan; {
+		for wait := time.After(p.cfg.PlanWait); ch.Reason == ReasonNoPlan && ch.Pod == nil; {
 			select {
 			case <-wait:
 			case <-ctx.Done():
@@ -950,6 +950,11 @@ func (p *Proxy) preferred(ctx context.Context, f *front, cr *pluginapi.Container
 			break
 		}
 		if ch.Reason == ReasonNoPlan {
+			if ch.Pod != nil {
+				// Most likely this unplanned pod's request: the next
+				// request of this size is another pod's.
+				p.claim(ch.Pod.Key() + "/" + f.resource)
+			}
 			// The vendor chooses, but not among other pods' plans.
 			cr = &pluginapi.ContainerPreferredAllocationRequest{AvailableDeviceIDs: Unplanned(req, cands),
 				MustIncludeDeviceIDs: cr.MustIncludeDeviceIDs, AllocationSize: cr.AllocationSize}
