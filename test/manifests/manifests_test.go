@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	nrtv1alpha2 "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -155,9 +156,10 @@ func TestManifests(t *testing.T) {
 	if pods != 4 {
 		t.Errorf("want an example pod for each of IB, RoCE hostNetwork, RoCE MacVLAN, SR-IOV; got %d", pods)
 	}
-	if len(foreign) != 5 {
-		t.Errorf("want 5 Network Operator / SR-IOV objects, got %d", len(foreign))
+	if len(foreign) != 12 {
+		t.Errorf("want 12 Network Operator / SR-IOV objects, got %d", len(foreign))
 	}
+	checkMacvlanRoutes(t, objs, foreign)
 
 	cp := controlplane.Start(t)
 	dyn, mapper := dynamicClients(t, cp)
@@ -351,4 +353,36 @@ func checkForeign(t *testing.T, path string, u *unstructured.Unstructured) {
 			t.Errorf("%s: %s %s is not JSON", path, key, strings.Join(f, "."))
 		}
 	}
+}
+
+// checkMacvlanRoutes: a MacVLAN interface rides one PF, so the MacVLAN
+// example's pod must join one network per PF (distinct masters), or a plan
+// naming another NIC has no RoCE route.
+func checkMacvlanRoutes(t *testing.T, objs []runtime.Object, foreign []*unstructured.Unstructured) {
+	t.Helper()
+	var nets []string
+	masters := map[string]bool{}
+	for _, u := range foreign {
+		if u.GetKind() != "MacvlanNetwork" {
+			continue
+		}
+		master, _, _ := unstructured.NestedString(u.Object, "spec", "master")
+		if masters[master] {
+			t.Errorf("MacvlanNetwork %s: master %s is another network's too", u.GetName(), master)
+		}
+		masters[master] = true
+		nets = append(nets, u.GetName())
+	}
+	for _, obj := range objs {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || pod.Annotations["k8s.v1.cni.cncf.io/networks"] == "" || len(nets) == 0 {
+			continue
+		}
+		got := strings.Split(pod.Annotations["k8s.v1.cni.cncf.io/networks"], ",")
+		if diff := cmp.Diff(nets, got); diff != "" {
+			t.Errorf("pod %s must join every MacVLAN network (-want,+got):\n%s", pod.Name, diff)
+		}
+		return
+	}
+	t.Errorf("no example pod joins the MacVLAN networks %v", nets)
 }
