@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 )
@@ -74,6 +75,18 @@ func TestCandidateOf(t *testing.T) {
 				t.Errorf("unplanned candidate %+v", u)
 			}
 		})
+	}
+}
+
+// TestIsExtendedResourceName holds the proxy's copy of the apiserver's rule
+// equal to k8s.io/kubernetes' own.
+func TestIsExtendedResourceName(t *testing.T) {
+	for _, name := range []string{"nvidia.com/gpu", "rdma/hca", "openshift.io/sriov_highnet", "cpu", "kubernetes.io/gpu",
+		"example.kubernetes.io/x", "requests.example.com/x", "a/b/c", "/gpu", "nvidia.com/", "nvidia.com/gpu\x00", "Nvidia.com/GPU",
+		"x.io/" + strings.Repeat("a", 63), "x.io/" + strings.Repeat("a", 64), "-x.io/gpu", "x.io/-gpu", ""} {
+		if got, want := isExtendedResourceName(name), v1helper.IsExtendedResourceName(corev1.ResourceName(name)); got != want {
+			t.Errorf("isExtendedResourceName(%q) = %v, k8s.io/kubernetes says %v", name, got, want)
+		}
 	}
 }
 

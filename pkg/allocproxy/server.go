@@ -23,10 +23,10 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
@@ -409,12 +409,25 @@ func validRegistration(req *pluginapi.RegisterRequest) error {
 	switch {
 	case req.GetVersion() != pluginapi.Version:
 		return fmt.Errorf("device plugin API version %.64q: the proxy speaks %s", req.GetVersion(), pluginapi.Version)
-	case len(req.GetResourceName()) > maxName || !v1helper.IsExtendedResourceName(corev1.ResourceName(req.GetResourceName())):
+	case len(req.GetResourceName()) > maxName || !isExtendedResourceName(req.GetResourceName()):
 		return fmt.Errorf("resource name %.64q: not an extended resource name (<domain>/<name>, at most %d bytes, outside kubernetes.io)", req.GetResourceName(), maxName)
 	case req.GetEndpoint() == "" || len(req.GetEndpoint()) > maxName || req.GetEndpoint() != filepath.Base(req.GetEndpoint()) || strings.HasPrefix(req.GetEndpoint(), "."):
 		return fmt.Errorf("endpoint %.64q: want a socket file name in the plugin directory", req.GetEndpoint())
 	}
 	return nil
+}
+
+// isExtendedResourceName is the apiserver's rule for an extended resource
+// name (k8s.io/kubernetes' v1helper.IsExtendedResourceName, which the proxy
+// does not link the whole of Kubernetes for): a domain-prefixed name
+// outside *kubernetes.io/ and requests., qualified once "requests." is put
+// before it, as resource quota does.
+func isExtendedResourceName(name string) bool {
+	if !strings.Contains(name, "/") || strings.Contains(name, corev1.ResourceDefaultNamespacePrefix) ||
+		strings.HasPrefix(name, corev1.DefaultResourceRequestsPrefix) {
+		return false
+	}
+	return len(validation.IsQualifiedName(corev1.DefaultResourceRequestsPrefix+name)) == 0
 }
 
 // front is the proxy's device plugin for one resource: what the kubelet

@@ -156,3 +156,17 @@ func TestNoRecoveredFailures(t *testing.T) {
 		t.Errorf("internal/runenv is back: the harness returns errors instead")
 	}
 }
+
+// TestProxyLinksNoKubernetes: the allocation proxy runs on every GPU node;
+// it links client-go and the kubelet's APIs, never k8s.io/kubernetes (a
+// library in name only, and most of the binary).
+func TestProxyLinksNoKubernetes(t *testing.T) {
+	if !slices.ContainsFunc(deps(t, "cmd/scheduler"), func(d string) bool { return strings.HasPrefix(d, "k8s.io/kubernetes/") }) {
+		t.Fatal("go list -deps does not show k8s.io/kubernetes in cmd/scheduler, which links it")
+	}
+	for _, d := range deps(t, "cmd/allocation-proxy") {
+		if strings.HasPrefix(d, "k8s.io/kubernetes/") {
+			t.Errorf("cmd/allocation-proxy links %s", d)
+		}
+	}
+}
