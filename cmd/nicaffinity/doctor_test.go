@@ -11,7 +11,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/golden"
 	"github.com/nicaffinity/nicaffinity/pkg/doctor"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+	"github.com/nicaffinity/nicaffinity/pkg/machines/machinestest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")
@@ -65,12 +65,12 @@ func TestDoctorNodeFixtures(t *testing.T) {
 		{breakage: "roce-no-v2-gid", extra: []string{"--link-layer", "InfiniBand"}, want: doctor.Check{Layer: doctor.LayerPorts, Name: "mlx5_0 port 1", Status: doctor.Fail,
 			Detail: "link layer Ethernet, want InfiniBand", Fix: "mlxconfig -d 0000:18:00.0 set LINK_TYPE_P1=1"}},
 	}
-	if len(tests) < len(sysfstest.Breakages) {
-		t.Fatalf("%d breakages, %d cases: every fixture needs its finding", len(sysfstest.Breakages), len(tests))
+	if len(tests) < len(machinestest.Breakages) {
+		t.Fatalf("%d breakages, %d cases: every fixture needs its finding", len(machinestest.Breakages), len(tests))
 	}
 	for _, tc := range tests {
 		t.Run(tc.breakage+strings.Join(tc.extra, ""), func(t *testing.T) {
-			r, err := doctorNode(t, tree(t, sysfstest.ReadyHGXH100(tc.breakage)), tc.extra...)
+			r, err := doctorNode(t, tree(t, machinestest.ReadyHGXH100(tc.breakage)), tc.extra...)
 			if !errors.Is(err, errFailed) {
 				t.Errorf("err = %v, want the failure exit", err)
 			}
@@ -112,7 +112,7 @@ func TestDoctorNodeText(t *testing.T) {
 		{"acs-redirect", []string{"acs-redirect"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := tree(t, sysfstest.ReadyHGXH100(tc.breakage...))
+			root := tree(t, machinestest.ReadyHGXH100(tc.breakage...))
 			out, err := runDoctor(t, "node", "--sysfs-root", root, "--nvml", "off", "--kernel-release", "6.8.0-45-generic")
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v", err)

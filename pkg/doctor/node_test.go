@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
+	"github.com/nicaffinity/nicaffinity/pkg/machines/machinestest"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 func discover(t *testing.T, build func(*machines.Tree)) *topology.Topology {
@@ -36,7 +36,7 @@ func find(r Report, layer, name string) *Check {
 	return nil
 }
 
-// TestNodeChecks: the findings that are not one of the sysfstest
+// TestNodeChecks: the findings that are not one of the machinestest
 // breakages (cmd/nicaffinity tests those through the command).
 func TestNodeChecks(t *testing.T) {
 	tests := []struct {
@@ -64,15 +64,15 @@ func TestNodeChecks(t *testing.T) {
 			tr.Module("nvidia", "O")
 		}, opts: NodeOptions{KeepGoing: true}, layer: LayerGPUDirect, check: "nvidia-peermem or dma-buf", status: Pass, detail: "dma-buf usable (open kernel module, kernel 6.8.0)", failed: LayerHost},
 		{name: "IOMMU translating: a warning", build: func(tr *machines.Tree) {
-			sysfstest.ReadyHGXH100()(tr)
+			machinestest.ReadyHGXH100()(tr)
 			tr.IOMMU("DMA-FQ", "dmar0")
 		}, layer: LayerGPUDirect, check: "IOMMU", status: Warn, detail: "translating DMA"},
 		{name: "ACS unreadable without root", build: func(tr *machines.Tree) {
-			sysfstest.ReadyHGXH100()(tr)
+			machinestest.ReadyHGXH100()(tr)
 			tr.WriteBytes("devices/"+"pci0000:10/0000:10:01.0/0000:11:00.0/0000:12:00.0/0000:13:00.0/0000:14:00.0/config", make([]byte, 64))
 		}, layer: LayerGPUDirect, check: "ACS on GPU-NIC paths", status: Unknown, detail: "config space of 1 bridges unreadable"},
 		{name: "RoCE at MTU 1500: a warning", build: func(tr *machines.Tree) {
-			sysfstest.ReadyHGXH100()(tr)
+			machinestest.ReadyHGXH100()(tr)
 			tr.SetPort("mlx5_0", 1, "link_layer", "Ethernet")
 			tr.GID("mlx5_0", 1, 1, "fe80:0000:0000:0000:0ac0:ebff:fe00:0001", "RoCE v2")
 			tr.WriteFile("class/infiniband/mlx5_0/device/net/net-mlx5_0/mtu", "1500")

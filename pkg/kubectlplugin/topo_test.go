@@ -8,9 +8,9 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/internal/golden"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
+	"github.com/nicaffinity/nicaffinity/pkg/machines/machinestest"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt/nrttest"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")
@@ -19,7 +19,7 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 // has ACS redirect to its NIC, as `kubectl nicaffinity topo` prints it.
 func TestTopoMatrix(t *testing.T) {
 	tree := machines.New(t.TempDir())
-	sysfstest.ReadyHGXH100("acs-redirect")(tree)
+	machinestest.ReadyHGXH100("acs-redirect")(tree)
 	if err := tree.Err(); err != nil {
 		t.Fatal(err)
 	}

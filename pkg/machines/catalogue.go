@@ -6,7 +6,7 @@
 //     published (Machines) or a shape nicaffinity is about (HalfNICs);
 //   - the NCCL topology dumps of pkg/profiles, named profile/<name>.
 //
-// Tests build their own trees with Tree; sysfstest keeps only builders of
+// Tests build their own trees with Tree; machinestest keeps only builders of
 // broken and test-only shapes.
 package machines
 

@@ -8,8 +8,8 @@ import (
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
+	"github.com/nicaffinity/nicaffinity/pkg/machines/machinestest"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
 )
 
 // TestBuildGPUDirect: the readiness facts that are known are published
@@ -17,7 +17,7 @@ import (
 // concerns), the problems name them, and Compile turns them back into
 // blocked paths with their reasons.
 func TestBuildGPUDirect(t *testing.T) {
-	topo := h100(t, sysfstest.ReadyHGXH100("acs-redirect", "no-peermem", "roce-no-v2-gid"))
+	topo := h100(t, machinestest.ReadyHGXH100("acs-redirect", "no-peermem", "roce-no-v2-gid"))
 	snap := devices.Snapshot{Allocatable: gpuDevices(topo)}
 	obj, problems := Build(Input{Node: "n", Topology: topo, Snapshot: snap, Resources: DefaultResources()})
 

@@ -170,3 +170,26 @@ func TestProxyLinksNoKubernetes(t *testing.T) {
 		}
 	}
 }
+
+// TestTopologyCoreImportsOnlyItself: pkg/topology and its subpackages (the
+// readers and their test helpers) are the bottom layer; an import of any
+// other package of the module from there is an arrow upward.
+func TestTopologyCoreImportsOnlyItself(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/pkg/topology/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	core := module + "/pkg/topology"
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) < 5 {
+		t.Fatalf("only %d packages under pkg/topology", len(lines))
+	}
+	for _, line := range lines {
+		f := strings.Fields(line)
+		for _, imp := range f[1:] {
+			if strings.HasPrefix(imp, module+"/") && imp != core && !strings.HasPrefix(imp, core+"/") {
+				t.Errorf("%s imports %s, above it", f[0], imp)
+			}
+		}
+	}
+}

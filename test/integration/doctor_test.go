@@ -26,7 +26,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/doctor"
 	"github.com/nicaffinity/nicaffinity/pkg/kubectlplugin"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
-	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs/sysfstest"
+	"github.com/nicaffinity/nicaffinity/pkg/machines/machinestest"
 )
 
 // TestE2EGPUDirectACS: an HGX H100 node with ACS redirect between GPU 0 and
@@ -43,7 +43,7 @@ func TestE2EGPUDirectACS(t *testing.T) {
 	opts.ResyncPeriod = 500 * time.Millisecond
 	opts.MinWriteInterval = 100 * time.Millisecond
 	e := startEnvWith(t, opts, cluster.NodeSpec{Name: "acs", Policy: kubeletsim.BestEffort, Machine: func(tr *machines.Tree) {
-		sysfstest.ReadyHGXH100("acs-redirect")(tr)
+		machinestest.ReadyHGXH100("acs-redirect")(tr)
 		tree = tr
 	}})
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")

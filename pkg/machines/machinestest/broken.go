@@ -1,8 +1,8 @@
-// Package sysfstest builds broken and test-only sysfs trees on the
+// Package machinestest builds broken and test-only sysfs trees on the
 // machine catalogue's tree writer (pkg/machines): the states of a GPU node
 // whose GPUDirect RDMA fails, for the tests of doctor and the plugin. No
 // product package imports it.
-package sysfstest
+package machinestest
 
 import (
 	"os"
