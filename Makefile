@@ -234,3 +234,14 @@ fuzz:
 
 clean:
 	rm -rf bin/
+
+# Regenerates the plugin configuration API's deepcopy, defaulting and
+# conversion code (pkg/apis/config) with k8s.io/code-generator at the
+# release the module pins.
+CODEGEN_VERSION := v0.37.2
+generate:
+	cd pkg/apis/config && rm -f zz_generated.*.go v1/zz_generated.*.go
+	$(GO) run k8s.io/code-generator/cmd/deepcopy-gen@$(CODEGEN_VERSION) --go-header-file hack/boilerplate.go.txt --output-file zz_generated.deepcopy.go ./pkg/apis/config ./pkg/apis/config/v1
+	$(GO) run k8s.io/code-generator/cmd/defaulter-gen@$(CODEGEN_VERSION) --go-header-file hack/boilerplate.go.txt --output-file zz_generated.defaults.go ./pkg/apis/config/v1
+	$(GO) run k8s.io/code-generator/cmd/conversion-gen@$(CODEGEN_VERSION) --go-header-file hack/boilerplate.go.txt --output-file zz_generated.conversion.go ./pkg/apis/config/v1
+.PHONY: generate

@@ -34,6 +34,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/nicaffinity/nicaffinity/pkg/allocproxy"
+	"github.com/nicaffinity/nicaffinity/pkg/apis/config"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
 	"github.com/nicaffinity/nicaffinity/pkg/version"
@@ -78,8 +79,8 @@ func commandFor(o *options) *cobra.Command {
 	f.StringVar(&o.sysfsRoot, "sysfs-root", "/sys", "the host's /sys as mounted (to map VFs to their NICs)")
 	f.StringVar(&o.socket, "podresources-socket", podresources.DefaultSocket, "the kubelet's podresources socket (which pods hold devices)")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8081", "serve /metrics and /healthz here (empty: off)")
-	f.StringVar(&o.gpuResource, "gpu-resource", "nvidia.com/gpu", "the NVIDIA device plugin's resource")
-	f.StringSliceVar(&o.sriovResources, "sriov-resources", []string{"openshift.io/sriov_highnet"}, "SR-IOV device plugin resources (device IDs are VF PCI addresses)")
+	f.StringVar(&o.gpuResource, "gpu-resource", config.DefaultGPUResourceName, "the NVIDIA device plugin's resource")
+	f.StringSliceVar(&o.sriovResources, "sriov-resources", config.DefaultSRIOVResourceNames(), "SR-IOV device plugin resources (device IDs are VF PCI addresses)")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Second, "longest a preferred allocation may take before the kubelet chooses alone")
 	f.DurationVar(&o.callTimeout, "call-timeout", 30*time.Second, "longest any other call forwarded to a device plugin may take (Allocate, PreStartContainer, options, the first device list)")
 	f.IntVar(&o.maxFronts, "max-fronts", allocproxy.DefaultMaxFronts, "most resources the proxy fronts; further registrations are refused")

@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/nicaffinity/nicaffinity/pkg/apis/config"
 )
 
 func TestBadFlags(t *testing.T) {
@@ -28,5 +30,18 @@ func TestBadFlags(t *testing.T) {
 	}
 	if cfg, err := o.config(); err != nil || len(cfg.Kinds) != 2 {
 		t.Errorf("defaults: %+v, %v", cfg, err)
+	}
+}
+
+// TestFlagDefaults: the proxy's resource names default to pkg/apis/config's.
+func TestFlagDefaults(t *testing.T) {
+	f := newCommand().Flags()
+	for flag, want := range map[string]string{
+		"gpu-resource":    config.DefaultGPUResourceName,
+		"sriov-resources": "[" + strings.Join(config.DefaultSRIOVResourceNames(), ",") + "]",
+	} {
+		if got := f.Lookup(flag).DefValue; got != want {
+			t.Errorf("--%s defaults to %s; pkg/apis/config says %s", flag, got, want)
+		}
 	}
 }

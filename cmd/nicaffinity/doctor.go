@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/apis/config"
 	"github.com/nicaffinity/nicaffinity/pkg/doctor"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/nvmlgpu"
@@ -119,7 +120,7 @@ func (o *doctorOptions) nodeCommand() *cobra.Command {
 	f.StringVar(&devRoot, "dev-root", "", "read <dir>/infiniband as /dev/infiniband where sysfs cannot tell (default: none)")
 	f.StringVar(&kernel, "kernel-release", "", "the kernel release of the host the tree is from (default: this kernel's, with --sysfs-root /sys)")
 	f.StringVar(&linkLayer, "link-layer", "", "the link layer every NIC port should have: InfiniBand or Ethernet (default: any)")
-	f.StringVar(&maxLevel, "max-level", "PXB", "the worst GPU-NIC level that counts as aligned")
+	f.StringVar(&maxLevel, "max-level", config.DefaultMaxLevel, "the worst GPU-NIC level that counts as aligned")
 	f.StringVar(&nvml, "nvml", "auto", "use NVML for GPU identity: auto, on or off")
 	f.BoolVar(&keepGoing, "keep-going", false, "check every layer even after one failed (acceptance runs; later findings may follow from the first)")
 	return cmd

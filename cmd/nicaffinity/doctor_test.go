@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nicaffinity/nicaffinity/internal/golden"
+	"github.com/nicaffinity/nicaffinity/pkg/apis/config"
 	"github.com/nicaffinity/nicaffinity/pkg/doctor"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/machines/machinestest"
@@ -181,6 +182,26 @@ func TestDoctorPairOffline(t *testing.T) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestMaxLevelDefaults: every --max-level of the CLI defaults to the
+// scheduler's level (pkg/apis/config), so doctor and dra judge "aligned"
+// as the scheduler places.
+func TestMaxLevelDefaults(t *testing.T) {
+	root := newRootCommand()
+	for _, path := range [][]string{{"doctor", "node"}, {"dra", "claims"}} {
+		cmd, _, err := root.Find(path)
+		if err != nil {
+			t.Fatalf("%v: %v", path, err)
+		}
+		f := cmd.Flags().Lookup("max-level")
+		if f == nil {
+			t.Fatalf("%v has no --max-level", path)
+		}
+		if f.DefValue != config.DefaultMaxLevel {
+			t.Errorf("%s --max-level defaults to %s; the scheduler's is %s", strings.Join(path, " "), f.DefValue, config.DefaultMaxLevel)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/apis/config"
 	"github.com/nicaffinity/nicaffinity/pkg/dra"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
@@ -101,7 +102,7 @@ default to the NVIDIA GPU driver's and dranet's (docs/dra.md).`,
 	f.StringVarP(&o.claim.Namespace, "namespace", "n", o.claim.Namespace, "the template's namespace")
 	f.StringVar(&o.claim.GPUClass, "gpu-class", o.claim.GPUClass, "the GPUs' DeviceClass")
 	f.StringVar(&o.claim.NICClass, "nic-class", o.claim.NICClass, "the NICs' DeviceClass ("+dra.NICClass+": dranet; the SR-IOV DRA driver's for VFs)")
-	f.StringVar(&o.maxLevel, "max-level", "PXB", "the worst GPU-NIC level that counts as aligned")
+	f.StringVar(&o.maxLevel, "max-level", config.DefaultMaxLevel, "the worst GPU-NIC level that counts as aligned")
 	f.StringVarP(&o.output, "output", "o", "yaml", "output format: yaml or json")
 	cmd.AddCommand(claims)
 	return cmd
@@ -144,6 +145,7 @@ func (o *draClaimsOptions) run(w io.Writer) error {
 		names = append(names, m.Name)
 	}
 	name := strings.Join(names, ", ")
+	level = dra.EffectiveLevel(shapes, level)
 	c, err := dra.BuildClaimsFor(shapes, o.claim)
 	if err != nil {
 		return err

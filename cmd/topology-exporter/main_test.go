@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nicaffinity/nicaffinity/internal/podresourcessim"
+	"github.com/nicaffinity/nicaffinity/pkg/apis/config"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
 )
@@ -97,5 +98,21 @@ func TestKubeletTopologyManager(t *testing.T) {
 	}
 	if policy, scope := kubeletTopologyManager(filepath.Join(t.TempDir(), "absent.yaml")); policy != "none" || scope != "container" {
 		t.Errorf("absent file: %s/%s, want none/container", policy, scope)
+	}
+}
+
+// TestFlagDefaults: the exporter's level and resource names default to
+// pkg/apis/config's.
+func TestFlagDefaults(t *testing.T) {
+	f := newCommand().Flags()
+	for flag, want := range map[string]string{
+		"max-level":       config.DefaultMaxLevel,
+		"gpu-resource":    config.DefaultGPUResourceName,
+		"rdma-prefixes":   "[" + strings.Join(config.DefaultRDMAResourcePrefixes(), ",") + "]",
+		"sriov-resources": "[" + strings.Join(config.DefaultSRIOVResourceNames(), ",") + "]",
+	} {
+		if got := f.Lookup(flag).DefValue; got != want {
+			t.Errorf("--%s defaults to %s; pkg/apis/config says %s", flag, got, want)
+		}
 	}
 }

@@ -106,8 +106,7 @@ func nodes(b *testing.B, n int) (*nicaffinity.NICAffinity, []fwk.NodeInfo) {
 		}}})
 		infos[i] = ni
 	}
-	args := &nicaffinity.Args{}
-	args.SetDefaults()
+	args := nicaffinity.DefaultArgs()
 	pl, err := nicaffinity.NewWithCache(args, nil, nicaffinity.NewStaticCache(args, objs...))
 	if err != nil {
 		b.Fatal(err)
@@ -181,8 +180,7 @@ func object(b *testing.B, build func(*machines.Tree), used ...int) *v1alpha2.Nod
 
 // setup is the plugin over one node's object, after PreFilter.
 func setup(b *testing.B, build func(*machines.Tree), p *v1.Pod, used ...int) (*nicaffinity.NICAffinity, fwk.CycleState, fwk.NodeInfo) {
-	args := &nicaffinity.Args{}
-	args.SetDefaults()
+	args := nicaffinity.DefaultArgs()
 	pl, err := nicaffinity.NewWithCache(args, nil, nicaffinity.NewStaticCache(args, object(b, build, used...)))
 	if err != nil {
 		b.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nicaffinity/nicaffinity/pkg/apis/config"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/podgroupapi"
 	podreq "github.com/nicaffinity/nicaffinity/pkg/request"
@@ -60,10 +61,10 @@ type ClusterOptions struct {
 // DefaultClusterOptions are the names the manifests and chart install.
 func DefaultClusterOptions() ClusterOptions {
 	return ClusterOptions{
-		GPUResource: "nvidia.com/gpu", RDMAPrefixes: []string{"rdma/"}, SRIOV: nrt.DefaultResources().SRIOV,
+		GPUResource: config.DefaultGPUResourceName, RDMAPrefixes: config.DefaultRDMAResourcePrefixes(), SRIOV: config.DefaultSRIOVResourceNames(),
 		ExporterNamespace: "nicaffinity-node", ExporterName: "topology-exporter",
 		LeaseNamespace: "nicaffinity-system", LeaseName: "nicaffinity-scheduler",
-		MaxAge: 5 * time.Minute,
+		MaxAge: config.DefaultTopologyMaxAge,
 	}
 }
 

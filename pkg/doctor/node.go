@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nicaffinity/nicaffinity/pkg/apis/config"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -34,8 +35,9 @@ type NodeOptions struct {
 // Node runs the host checklist on a topology read from sysfs.
 func Node(t *topology.Topology, o NodeOptions) Report {
 	if o.MaxLevel == 0 {
-		o.MaxLevel = topology.LevelP2C
+		o.MaxLevel = config.DefaultLevel()
 	}
+	o.MaxLevel = t.ShownLevel(o.MaxLevel)
 	b := newBuilder(o.Subject)
 	b.keepGoing = o.KeepGoing
 	g := topology.GPUDirect{}

@@ -8,6 +8,7 @@ package dra
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
@@ -101,6 +102,19 @@ func CheckTopology(machine string, t *topology.Topology, maxLevel topology.Level
 	}
 	c.Enough = len(c.Unaligned) == 0 && len(c.Stranded) == 0
 	return c
+}
+
+// shortfall says why pcieRoot is not Enough: same-root pairs past the
+// level, GPUs whose aligned NICs are all on other roots, or both.
+func (c Check) shortfall() string {
+	var parts []string
+	if len(c.Unaligned) > 0 {
+		parts = append(parts, fmt.Sprintf("%d of %d same-root GPU-NIC pairs are past %s", len(c.Unaligned), c.SameRoot, c.MaxLevel))
+	}
+	if len(c.Stranded) > 0 {
+		parts = append(parts, fmt.Sprintf("%d GPUs have their NICs at %s or closer on other roots only", len(c.Stranded), c.MaxLevel))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func hasP2C(levels [][]topology.Level) bool {

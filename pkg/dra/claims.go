@@ -12,6 +12,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nicaffinity/nicaffinity/pkg/apis/config"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -83,6 +84,16 @@ func BuildClaims(machine string, t *topology.Topology, o ClaimOptions) (Claims, 
 	return BuildClaimsFor([]Machine{{Name: machine, Topology: t}}, o)
 }
 
+// EffectiveLevel is level as the machines can tell it: P2C or closer is
+// PXB or closer where no machine has a P2C pair (no Grace GPU), and the
+// template, its notes and errors then say PXB.
+func EffectiveLevel(machines []Machine, level topology.Level) topology.Level {
+	if slices.ContainsFunc(machines, func(m Machine) bool { return m.Topology.ShownLevel(level) == level }) {
+		return level
+	}
+	return topology.LevelPXB
+}
+
 // BuildClaimsFor makes one template for every machine of a cluster: a pod
 // may land on any of them, and a claim cannot know which. Where pcieRoot is
 // enough on every machine it aligns by pcieRoot; else one derived attribute
@@ -97,8 +108,9 @@ func BuildClaimsFor(machines []Machine, o ClaimOptions) (Claims, error) {
 		o.GPUsPerNIC = 1
 	}
 	if o.MaxLevel == 0 {
-		o.MaxLevel = topology.LevelPXB
+		o.MaxLevel = config.DefaultLevel()
 	}
+	o.MaxLevel = EffectiveLevel(machines, o.MaxLevel)
 	if o.GPUClass == "" {
 		o.GPUClass = GPUClass
 	}
@@ -131,13 +143,13 @@ func BuildClaimsFor(machines []Machine, o ClaimOptions) (Claims, error) {
 		}
 		if !checks[i].Enough {
 			if !o.Derived {
-				return Claims{}, fmt.Errorf("on %s pcieRoot is not enough (%d of %d same-root GPU-NIC pairs are past %s): allow a derived attribute (--derived, needs the DRADerivedAttributes feature gate) or pick another shape",
-					m.Name, len(checks[i].Unaligned), checks[i].SameRoot, o.MaxLevel)
+				return Claims{}, fmt.Errorf("on %s pcieRoot is not enough (%s): allow a derived attribute (--derived, needs the DRADerivedAttributes feature gate) or pick another shape",
+					m.Name, checks[i].shortfall())
 			}
 			out.Method = MethodDerived
 			derivedFor = append(derivedFor, m.Name)
-			out.Notes = append(out.Notes, fmt.Sprintf("pcieRoot is not enough on %s: %d of %d same-root GPU-NIC pairs are past %s; the template maps each device's %s to its alignment group with a derived attribute (%s), which needs the DRADerivedAttributes feature gate (alpha in Kubernetes 1.37) on the apiserver and the scheduler",
-				m.Name, len(checks[i].Unaligned), checks[i].SameRoot, o.MaxLevel, AttrPCIBusID, SwitchAttr))
+			out.Notes = append(out.Notes, fmt.Sprintf("pcieRoot is not enough on %s: %s; the template maps each device's %s to its alignment group with a derived attribute (%s), which needs the DRADerivedAttributes feature gate (alpha in Kubernetes 1.37) on the apiserver and the scheduler",
+				m.Name, checks[i].shortfall(), AttrPCIBusID, SwitchAttr))
 		}
 	}
 

@@ -30,6 +30,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/apis/config"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
@@ -75,8 +76,8 @@ const unhealthyAfter = 3
 // DefaultConfig returns the defaults of the deployment guides.
 func DefaultConfig(node string) Config {
 	return Config{
-		NodeName: node, Resources: nrt.DefaultResources(), RDMAPrefixes: []string{"rdma/"},
-		MaxLevel: topology.LevelP2C, TopologyManagerPolicy: "none", TopologyManagerScope: "container",
+		NodeName: node, Resources: nrt.DefaultResources(), RDMAPrefixes: config.DefaultRDMAResourcePrefixes(),
+		MaxLevel: config.DefaultLevel(), TopologyManagerPolicy: "none", TopologyManagerScope: "container",
 		ResyncPeriod: 60 * time.Second, MinWriteInterval: time.Second, MaxBackoff: 30 * time.Second,
 		SyncTimeout: 30 * time.Second,
 	}

@@ -14,9 +14,7 @@ import (
 // level, policy), through the same reader, so they judge every request of
 // pkg/request's table as the plugin does.
 func TestReadsPodsAsThePlugin(t *testing.T) {
-	args := &nicaffinity.Args{}
-	args.SetDefaults()
-	if diff := cmp.Diff(args.RequestConfig(), doctor.DefaultClusterOptions().RequestConfig()); diff != "" {
+	if diff := cmp.Diff(nicaffinity.RequestConfig(nicaffinity.DefaultArgs()), doctor.DefaultClusterOptions().RequestConfig()); diff != "" {
 		t.Errorf("kubectl and doctor read pods unlike the plugin's defaults (-plugin,+kubectl):\n%s", diff)
 	}
 }

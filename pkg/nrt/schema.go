@@ -3,7 +3,10 @@
 // the scheduler plugin reads them through it. docs/nrt-schema.md describes it.
 package nrt
 
-import "github.com/nicaffinity/nicaffinity/pkg/topology"
+import (
+	"github.com/nicaffinity/nicaffinity/pkg/apis/config"
+	"github.com/nicaffinity/nicaffinity/pkg/topology"
+)
 
 // ExporterFieldManager is the server-side apply field manager under which
 // nicaffinity's exporter writes; any other manager of an object is another
@@ -126,7 +129,7 @@ type Resources struct {
 // DefaultResources are the names the NVIDIA Network Operator and SR-IOV
 // Network Operator deployments use by default.
 func DefaultResources() Resources {
-	return Resources{GPU: "nvidia.com/gpu", SRIOV: []string{"openshift.io/sriov_highnet"}}
+	return Resources{GPU: config.DefaultGPUResourceName, SRIOV: config.DefaultSRIOVResourceNames()}
 }
 
 // IsSRIOV reports whether name is one of the SR-IOV resources.

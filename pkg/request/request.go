@@ -21,6 +21,7 @@ import (
 	"k8s.io/component-helpers/resource"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/apis/config"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -87,8 +88,8 @@ const maxJobName = 253 + 1 + 63
 // rdma/, the SR-IOV resources of the manifests, P2C (where NCCL's defaults
 // use GPUDirect RDMA), required.
 func Default(sriov []string) Config {
-	return Config{GPUResource: "nvidia.com/gpu", RDMAPrefixes: []string{"rdma/"}, SRIOVResources: sriov,
-		MaxLevel: topology.LevelP2C, Required: true, JobLabels: DefaultJobLabels}
+	return Config{GPUResource: config.DefaultGPUResourceName, RDMAPrefixes: config.DefaultRDMAResourcePrefixes(), SRIOVResources: sriov,
+		MaxLevel: config.DefaultLevel(), Required: config.DefaultPolicy == annotations.PolicyRequired, JobLabels: DefaultJobLabels}
 }
 
 // VF is a request for VFs of one SR-IOV resource.

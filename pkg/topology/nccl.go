@@ -325,6 +325,23 @@ func (t *Topology) AlignLevels() [][]Level {
 	return align
 }
 
+// ShownLevel is max level l as this machine can tell it: P2C or closer is
+// PXB or closer where no GPU-NIC pair is at P2C (no Grace GPU), and
+// reports then say PXB, as the scheduler's do.
+func (t *Topology) ShownLevel(l Level) Level {
+	if l != LevelP2C {
+		return l
+	}
+	for _, row := range t.AlignLevels() {
+		for _, a := range row {
+			if a == LevelP2C {
+				return l
+			}
+		}
+	}
+	return LevelPXB
+}
+
 // AlignLevelsAndPaths are AlignLevels and the NCCLPaths they come from,
 // computed once.
 func (t *Topology) AlignLevelsAndPaths() ([][]Level, [][]NCCLPath) {

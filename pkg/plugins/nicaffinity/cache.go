@@ -126,7 +126,7 @@ type nodeEntry struct {
 // sweeps its reservations; they last until Unreserve.
 // args must be defaulted and valid.
 func NewStaticCache(args *Args, objs ...*v1alpha2.NodeResourceTopology) *Cache {
-	c := newCache(args.storeConfig("static"))
+	c := newCache(storeConfigOf(args, "static"))
 	for _, o := range objs {
 		compiled, err := nrt.Compile(o, args.GPUResourceName)
 		c.set(o.Name, o.ResourceVersion, compiled, err, nil)

@@ -159,7 +159,7 @@ func TestDecodeArgs(t *testing.T) {
 		{name: "another type", obj: &metav1.Status{}, wantErr: "got *v1.Status"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a, err := decodeArgs(tc.obj)
+			a, err := ParseArgs(tc.obj)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), Name+" args") {
 					t.Fatalf("err = %v, want one naming the plugin's args and containing %q", err, tc.wantErr)
@@ -167,7 +167,7 @@ func TestDecodeArgs(t *testing.T) {
 				return
 			}
 			if err != nil || !tc.want(a) {
-				t.Errorf("decodeArgs = %+v, %v", a, err)
+				t.Errorf("ParseArgs = %+v, %v", a, err)
 			}
 		})
 	}

@@ -40,12 +40,11 @@ func handNRT(node string, free ...int) *v1alpha2.NodeResourceTopology {
 
 func newTestPlugin(t testing.TB, mutate func(*Args), objs ...*v1alpha2.NodeResourceTopology) (*NICAffinity, *Cache) {
 	t.Helper()
-	args := &Args{}
+	args := DefaultArgs()
 	if mutate != nil {
 		mutate(args)
 	}
-	args.SetDefaults()
-	cfg := args.storeConfig(testProfile)
+	cfg := storeConfigOf(args, testProfile)
 	cfg.maxAge = 0 // freshness has tests of its own (TestStaleOnSchedulerClock)
 	st := newCache(cfg)
 	for _, o := range objs {

@@ -6,7 +6,6 @@ package nicaffinity
 import (
 	"context"
 	"fmt"
-	"sort"
 	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,12 +31,6 @@ var (
 	_ fwk.SignPlugin          = &NICAffinity{}
 )
 
-// Scoring strategies.
-const (
-	StrategyBalanced    = "Balanced"
-	StrategyMostAligned = "MostAligned"
-)
-
 // scorer turns the three components (each 0..100) into a node score 0..100.
 type scorer func(w ScoringStrategy, level, certainty, packing int64) int64
 
@@ -54,15 +47,6 @@ var strategies = map[string]scorer{
 	StrategyMostAligned: func(_ ScoringStrategy, level, certainty, packing int64) int64 {
 		return level*80/100 + certainty*15/100 + packing*5/100
 	},
-}
-
-func strategyNames() []string {
-	out := make([]string, 0, len(strategies))
-	for n := range strategies {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // NICAffinity is the plugin.
@@ -94,14 +78,11 @@ func (pl *NICAffinity) ObjectVersions() map[string]string { return pl.cache.vers
 // New builds the plugin with an informer-backed cache of NodeResourceTopology
 // objects. Bad args fail here, so a misconfigured scheduler does not start.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-	args, err := decodeArgs(obj)
+	args, err := ParseArgs(obj)
 	if err != nil {
 		return nil, err
 	}
-	if errs := args.Validate(); len(errs) > 0 {
-		return nil, fmt.Errorf("%s args: %w", Name, errs.ToAggregate())
-	}
-	feed, err := newInformerFeed(ctx, h, args.storeConfig(h.ProfileName()), args.RequestConfig())
+	feed, err := newInformerFeed(ctx, h, storeConfigOf(args, h.ProfileName()), RequestConfig(args))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
@@ -116,12 +97,12 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 // NewWithCache builds the plugin on a given cache (tests and tools pass a
 // static one), which must have been made for these args (storeConfig).
 func NewWithCache(args *Args, h fwk.Handle, cache *Cache) (*NICAffinity, error) {
-	if errs := args.Validate(); len(errs) > 0 {
-		return nil, fmt.Errorf("%s args: %w", Name, errs.ToAggregate())
+	if err := validate(args); err != nil {
+		return nil, err
 	}
 	if cache.scoring == nil {
 		return nil, fmt.Errorf("%s: the cache was not made for the plugin's args", Name)
 	}
 	return &NICAffinity{handle: h, args: args, cache: cache, scoring: cache.scoring,
-		reader: args.RequestConfig()}, nil
+		reader: RequestConfig(args)}, nil
 }

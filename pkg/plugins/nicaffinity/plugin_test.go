@@ -377,10 +377,8 @@ func TestPlanKeepsSwitchesWhole(t *testing.T) {
 }
 
 func TestArgs(t *testing.T) {
-	a := &Args{}
-	a.SetDefaults()
-	if errs := a.Validate(); len(errs) != 0 {
-		t.Fatalf("defaults invalid: %v", errs)
+	if err := validate(DefaultArgs()); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
 	}
 	bad := []struct {
 		mutate func(*Args)
@@ -394,17 +392,16 @@ func TestArgs(t *testing.T) {
 		{func(a *Args) { a.ScoringStrategy.PackingWeight = -1 }, "args.scoringStrategy.packingWeight"},
 		{func(a *Args) { a.SRIOVResourceNames = []string{"sriov_highnet"} }, "args.sriovResourceNames[0]"},
 		{func(a *Args) { a.GPUResourceName = " " }, "args.gpuResourceName"},
-		{func(a *Args) { a.TopologyMaxAge = &metav1.Duration{Duration: -time.Second} }, "args.topologyMaxAge"},
+		{func(a *Args) { a.TopologyMaxAge = metav1.Duration{Duration: -time.Second} }, "args.topologyMaxAge"},
 		{func(a *Args) { a.JobLabels = []string{"job name"} }, "args.jobLabels[0]"},
 		{func(a *Args) { a.JobLabels = make([]string, 17) }, "args.jobLabels"},
 	}
 	for _, tc := range bad {
-		a := &Args{}
-		a.SetDefaults()
+		a := DefaultArgs()
 		tc.mutate(a)
-		errs := a.Validate()
-		if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), tc.field) {
-			t.Errorf("want an error naming %s, got %v", tc.field, errs)
+		err := validate(a)
+		if err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("want an error naming %s, got %v", tc.field, err)
 		}
 	}
 }
@@ -522,7 +519,7 @@ func TestPrecomputedAnswers(t *testing.T) {
 			}
 			for g := 1; g < len(v.c.GPUs); g++ {
 				for _, rdma := range []bool{true, false} {
-					req := &request{gpus: g, rdma: rdma, maxLevel: pl.args.maxLevel(), required: true}
+					req := &request{gpus: g, rdma: rdma, maxLevel: maxLevelOf(pl.args), required: true}
 					if rdma && v.answers[g].feasible != v.fits(req, levelIndex(req.maxLevel)) {
 						t.Errorf("%s, %s, %d GPUs: precomputed feasible %v", strategy, o.Name, g, v.answers[g].feasible)
 					}
@@ -546,7 +543,7 @@ func TestPrecomputedAnswers(t *testing.T) {
 			for g := 1; g < len(v.c.GPUs); g++ {
 				p := makePod("p", int64(g), nil, rdma, "1")
 				cycle, _ := preFilter(t, pl, p, nodeInfo("big", 16))
-				req := &request{gpus: g, rdma: true, maxLevel: pl.args.maxLevel(), required: true}
+				req := &request{gpus: g, rdma: true, maxLevel: maxLevelOf(pl.args), required: true}
 				if got, _ := pl.Score(t.Context(), cycle, p, nodeInfo(o.Name, 8)); got != pl.scoreOf(v, req) {
 					t.Errorf("%s, %s, %d GPUs: Score %d, search %d", strategy, o.Name, g, got, pl.scoreOf(v, req))
 				}
@@ -594,7 +591,7 @@ func TestSixteenGPUs(t *testing.T) {
 	for g := 1; g < 16; g++ {
 		p := makePod("p", int64(g), nil, rdma, "1")
 		cycle, _ := preFilter(t, pl, p, nodeInfo("big", 16), nodeInfo("bigger", 32))
-		req := &request{gpus: g, rdma: true, maxLevel: pl.args.maxLevel(), required: true}
+		req := &request{gpus: g, rdma: true, maxLevel: maxLevelOf(pl.args), required: true}
 		want := v.fits(req, levelIndex(req.maxLevel))
 		if f := pl.Filter(t.Context(), cycle, p, nodeInfo("big", 16)); f.IsSuccess() != want {
 			t.Errorf("%d GPUs: Filter %v, search says feasible %v", g, f, want)

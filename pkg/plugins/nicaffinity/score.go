@@ -94,7 +94,7 @@ type scoring struct {
 
 // newScoring is the scoring of valid, defaulted args.
 func newScoring(args *Args) *scoring {
-	return &scoring{defaults: request{maxLevel: args.maxLevel(), required: args.DefaultPolicy == annotations.PolicyRequired, common: true},
+	return &scoring{defaults: request{maxLevel: maxLevelOf(args), required: args.DefaultPolicy == annotations.PolicyRequired, common: true},
 		strategy: args.ScoringStrategy, score: strategies[args.ScoringStrategy.Type]}
 }
 
