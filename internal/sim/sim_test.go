@@ -687,7 +687,7 @@ func TestRun(t *testing.T) {
 }
 
 // TestDocumentedWorkloads: the defaults docs/simulate.md shows are the
-// defaults, and the README's example workload is valid.
+// defaults, and docs/demo.md's example workload is valid.
 func TestDocumentedWorkloads(t *testing.T) {
 	block := func(file, after, open, end string) []byte {
 		b, err := os.ReadFile(file)
@@ -714,8 +714,8 @@ func TestDocumentedWorkloads(t *testing.T) {
 	if diff := cmp.Diff(DefaultWorkload, w, cmpopts.IgnoreUnexported(WorkloadSpec{}), cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("docs/simulate.md's defaults (-want,+got):\n%s", diff)
 	}
-	if _, err := ParseWorkload("README.md", block("../../README.md", "cat > workload.yaml", "<<'YAML'\n", "YAML\n")); err != nil {
-		t.Errorf("README's workload: %v", err)
+	if _, err := ParseWorkload("docs/demo.md", block("../../docs/demo.md", "cat > workload.yaml", "<<'YAML'\n", "YAML\n")); err != nil {
+		t.Errorf("docs/demo.md's workload: %v", err)
 	}
 }
 
