@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/placement"
 )
 
 // Cache is the plugin's store of the nodes' NodeResourceTopology objects:
@@ -142,7 +143,7 @@ func newCache(cfg storeConfig) *Cache {
 	c.vfIndex.Store(&vfNodeIndex{})
 	c.skip.li, c.skip.staleRejects, c.skip.raced = -1, cfg.staleRejects, map[types.UID]struct{}{}
 	if cfg.scoring != nil {
-		c.skip.li = levelIndex(cfg.scoring.defaults.maxLevel)
+		c.skip.li = placement.LevelIndex(cfg.scoring.defaults.MaxLevel)
 	}
 	return c
 }
@@ -164,9 +165,9 @@ func (c *Cache) View(node string) (*nodeView, string) { return usable(c.view(nod
 // this.
 func usable(v *nodeView) (*nodeView, string) {
 	switch {
-	case v == nil || (v.c == nil && v.why == ""):
+	case v == nil || (v.C == nil && v.why == ""):
 		return nil, "no NodeResourceTopology for this node"
-	case v.c == nil:
+	case v.C == nil:
 		return nil, "NodeResourceTopology " + v.why
 	}
 	return v, ""
@@ -260,7 +261,7 @@ func (c *Cache) set(node, rv string, compiled *nrt.Compiled, err error, counted 
 		e.compiled, e.err = nil, err.Error()
 	}
 	if e.compiled != nil {
-		e.vfBase = vfBase(e.compiled)
+		e.vfBase = placement.VFBase(e.compiled)
 	}
 	now := c.now()
 	if rv == "" || rv != e.rv {
@@ -433,25 +434,25 @@ func (c *Cache) setState(e *nodeEntry, state string) {
 // (vfBase) unless a reservation holds VFs.
 func (c *Cache) compose(e *nodeEntry) *nodeView {
 	comp := e.compiled
-	v := &nodeView{c: comp, free: comp.Free, vfFree: e.vfBase, stale: len(e.reserved) > 0}
+	v := &nodeView{Node: placement.Node{C: comp, Free: comp.Free, VFFree: e.vfBase}, stale: len(e.reserved) > 0}
 	for _, r := range e.released {
-		v.free |= r.gpus & comp.Healthy
+		v.Free |= r.gpus & comp.Healthy
 	}
 	vfsHeld := false
 	for _, r := range e.reserved {
-		v.free &^= r.gpus
+		v.Free &^= r.gpus
 		vfsHeld = vfsHeld || len(r.vfs) > 0
 	}
 	if vfsHeld {
-		v.vfFree = make(map[string][]int64, len(e.vfBase))
+		v.VFFree = make(map[string][]int64, len(e.vfBase))
 		for res, free := range e.vfBase {
-			v.vfFree[res] = slices.Clone(free)
+			v.VFFree[res] = slices.Clone(free)
 		}
 		for _, r := range e.reserved {
 			for n, byRes := range r.vfs {
 				for res, k := range byRes {
-					if v.vfFree[res] != nil && n < len(v.vfFree[res]) {
-						v.vfFree[res][n] = max(0, v.vfFree[res][n]-k)
+					if v.VFFree[res] != nil && n < len(v.VFFree[res]) {
+						v.VFFree[res][n] = max(0, v.VFFree[res][n]-k)
 					}
 				}
 			}
@@ -461,21 +462,6 @@ func (c *Cache) compose(e *nodeEntry) *nodeView {
 		c.scoring.precompute(v)
 	}
 	return v
-}
-
-// vfBase are the free VFs an object shows, per resource and NIC index:
-// what every view of it starts from (views never write it).
-func vfBase(comp *nrt.Compiled) map[string][]int64 {
-	out := map[string][]int64{}
-	for n, nic := range comp.NICs {
-		for res, free := range nic.VFs {
-			if out[res] == nil {
-				out[res] = make([]int64, len(comp.NICs))
-			}
-			out[res][n] = free
-		}
-	}
-	return out
 }
 
 // release counts free, in node's view, the GPUs gpus of a pod that ended,
@@ -583,8 +569,8 @@ func (c *Cache) versions() map[string]string {
 // compiledFingerprint is the pod-set fingerprint of node's compiled
 // object ("" without one).
 func (c *Cache) compiledFingerprint(node string) string {
-	if v := c.view(node); v != nil && v.c != nil {
-		return v.c.Fingerprint
+	if v := c.view(node); v != nil && v.C != nil {
+		return v.C.Fingerprint
 	}
 	return ""
 }
@@ -593,5 +579,5 @@ func (c *Cache) compiledFingerprint(node string) string {
 // object.
 func (c *Cache) has(node, resourceVersion string) bool {
 	v := c.view(node)
-	return v != nil && v.c != nil && resourceVersion != "" && v.c.ResourceVersion == resourceVersion
+	return v != nil && v.C != nil && resourceVersion != "" && v.C.ResourceVersion == resourceVersion
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/placement"
 )
 
 // TestCacheConcurrent drives the store as the scheduler does: readers take
@@ -33,7 +34,7 @@ func TestCacheConcurrent(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("podRequest: %v %v", ok, err)
 	}
-	li := levelIndex(req.maxLevel)
+	li := placement.LevelIndex(req.MaxLevel)
 	done := make(chan struct{})
 	// The writers start once every reader has read a view, so reads and
 	// writes overlap even when the machine is busy.
@@ -63,7 +64,7 @@ func TestCacheConcurrent(t *testing.T) {
 					return
 				}
 				_ = pl.scoreOf(v, req)
-				_ = v.plan(req, li)
+				_ = v.Plan(req, li)
 				if first {
 					first = false
 					reading.Done()
@@ -107,22 +108,22 @@ func TestStoreLifecycle(t *testing.T) {
 	}
 	st.set("n", "", c, nil, nil)
 	v, _ := st.View("n")
-	if v == nil || v.free != c.Free {
+	if v == nil || v.Free != c.Free {
 		t.Fatalf("after set: %+v", v)
 	}
 	st.Reserve("n", "pod-a", 1, nil)
-	if v, _ := st.View("n"); v.free != c.Free&^1 || !v.stale {
-		t.Errorf("after Reserve: free %b stale %v", v.free, v.stale)
+	if v, _ := st.View("n"); v.Free != c.Free&^1 || !v.stale {
+		t.Errorf("after Reserve: free %b stale %v", v.Free, v.stale)
 	}
 	st.forgetPod("pod-a")
-	if v, _ := st.View("n"); v.free != c.Free || len(st.podNode) != 0 {
-		t.Errorf("after forgetPod: free %b, index %v", v.free, st.podNode)
+	if v, _ := st.View("n"); v.Free != c.Free || len(st.podNode) != 0 {
+		t.Errorf("after forgetPod: free %b, index %v", v.Free, st.podNode)
 	}
 	st.Reserve("n", "pod-b", 2, nil)
 	st.Reserve("n", "pod-c", 4, nil)                           // reserved, not yet seen bound
 	st.set("n", "", c, nil, map[types.UID]bool{"pod-b": true}) // the object counts pod-b now
-	if v, _ := st.View("n"); v.free != c.Free&^4 || !v.stale || len(st.podNode) != 1 {
-		t.Errorf("after an object that counts pod-b: free %b, stale %v, index %v; want pod-c still held", v.free, v.stale, st.podNode)
+	if v, _ := st.View("n"); v.Free != c.Free&^4 || !v.stale || len(st.podNode) != 1 {
+		t.Errorf("after an object that counts pod-b: free %b, stale %v, index %v; want pod-c still held", v.Free, v.stale, st.podNode)
 	}
 	st.set("n", "", c, nil, map[types.UID]bool{"pod-c": true})
 	if v, _ := st.View("n"); v.stale || len(st.podNode) != 0 {

@@ -52,7 +52,7 @@ func (pl *NICAffinity) isSchedulableAfterNRTChange(logger klog.Logger, pod *v1.P
 		return fwk.QueueSkip, nil
 	}
 	req, _, err := pl.podRequest(pod)
-	if err != nil || req == nil || v.free.Count() < req.gpus {
+	if err != nil || req == nil || v.Free.Count() < req.GPUs {
 		return fwk.QueueSkip, nil
 	}
 	return fwk.Queue, nil

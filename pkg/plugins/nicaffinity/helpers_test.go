@@ -13,6 +13,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt/nrttest"
+	"github.com/nicaffinity/nicaffinity/pkg/placement"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -78,13 +79,13 @@ const rdma = "rdma/hca"
 
 // fits is feasible with a whole call's budget.
 func (v *nodeView) fits(req *request, li int) bool {
-	steps := maxCallSteps
-	return v.feasible(req, li, &steps)
+	steps := placement.MaxCallSteps
+	return v.Feasible(req, li, &steps)
 }
 
 // scoreOf is nodeScore with a whole call's budget.
 func (pl *NICAffinity) scoreOf(v *nodeView, req *request) int64 {
-	steps := maxCallSteps
+	steps := placement.MaxCallSteps
 	return pl.scoring.nodeScore(v, req, &steps)
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt/nrttest"
+	"github.com/nicaffinity/nicaffinity/pkg/placement"
 )
 
 // hostileNRT is the worst object for the search that Compile admits: a
@@ -68,8 +69,8 @@ func TestFilterHostileObject(t *testing.T) {
 		t.Fatalf("hostile object does not compile: %s", why)
 	}
 	masks := map[nrt.GPUSet]bool{}
-	for n := range v.c.NICs {
-		masks[v.c.Near[levelIndex(topology.LevelPIX)][n]] = true
+	for n := range v.C.NICs {
+		masks[v.C.Near[placement.LevelIndex(topology.LevelPIX)][n]] = true
 	}
 	if len(masks) != nrt.MaxNICs {
 		t.Fatalf("%d distinct masks, want %d (one per NIC)", len(masks), nrt.MaxNICs)
@@ -82,25 +83,25 @@ func TestFilterHostileObject(t *testing.T) {
 			t.Fatalf("%s: PreFilter state %v, %v", policy, s, err)
 		}
 		if policy == annotations.PolicyRequired {
-			steps := maxCallSteps
+			steps := placement.MaxCallSteps
 			got := pl.filterView(v, &s.req, &steps)
 			if got.Code() != fwk.Unschedulable {
 				t.Errorf("Filter = %v, want Unschedulable", got)
 			}
 			if steps != 0 {
-				t.Errorf("Filter left %d of %d steps, want the budget reached and not passed", steps, maxCallSteps)
+				t.Errorf("Filter left %d of %d steps, want the budget reached and not passed", steps, placement.MaxCallSteps)
 			}
 			if f := pl.Filter(t.Context(), cycle, pod, nodeInfo("evil", 16)); f.Code() != fwk.Unschedulable {
 				t.Errorf("Filter through the framework = %v", f)
 			}
 			continue
 		}
-		steps := maxCallSteps
+		steps := placement.MaxCallSteps
 		if score := pl.scoring.nodeScore(v, &s.req, &steps); score != 0 {
 			t.Errorf("Score = %d, want 0 (no level proven)", score)
 		}
 		if steps != 0 {
-			t.Errorf("Score left %d of %d steps over %d levels, want the budget reached and not passed", steps, maxCallSteps, len(topology.Levels))
+			t.Errorf("Score left %d of %d steps over %d levels, want the budget reached and not passed", steps, placement.MaxCallSteps, len(topology.Levels))
 		}
 	}
 	// A pod that fits is still found: 2 disjoint pairs.
@@ -114,8 +115,8 @@ func TestFilterHostileObject(t *testing.T) {
 	for m := range masks {
 		raw = append(raw, m)
 	}
-	steps := maxCallSteps
-	if bestCover(raw, 5, 0, 12, &steps) || steps != 0 {
+	steps := placement.MaxCallSteps
+	if placement.BestCover(raw, 5, 0, 12, &steps) || steps != 0 {
 		t.Errorf("raw search: %d steps left; want no fit, budget spent and not passed", steps)
 	}
 }
@@ -165,8 +166,8 @@ func FuzzBestCover(f *testing.F) {
 			masks = append(masks, nrt.GPUSet(raw[i])|nrt.GPUSet(raw[i+1])<<8)
 		}
 		kk, w := int(k%12), int(want%17)
-		steps := maxCallSteps
-		got := bestCover(masks, kk, 0, w, &steps)
+		steps := placement.MaxCallSteps
+		got := placement.BestCover(masks, kk, 0, w, &steps)
 		if steps <= 0 {
 			t.Fatalf("%d masks spent the budget", len(masks))
 		}
@@ -198,7 +199,7 @@ func BenchmarkCoverBudget(b *testing.B) {
 		}
 	}
 	for b.Loop() {
-		steps := maxCallSteps
-		bestCover(masks, 5, 0, 11, &steps)
+		steps := placement.MaxCallSteps
+		placement.BestCover(masks, 5, 0, 11, &steps)
 	}
 }

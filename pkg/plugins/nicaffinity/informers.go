@@ -277,7 +277,7 @@ func (f *informerFeed) podEnded(p *v1.Pod) {
 		return
 	}
 	v := f.c.view(node)
-	if v == nil || v.c == nil || v.c.Fingerprint == "" {
+	if v == nil || v.C == nil || v.C.Fingerprint == "" {
 		return
 	}
 	ids := observedGPUs(p)
@@ -285,12 +285,12 @@ func (f *informerFeed) podEnded(p *v1.Pod) {
 		return
 	}
 	fp, counted := f.podsOn(node)
-	if fp == v.c.Fingerprint {
+	if fp == v.C.Fingerprint {
 		f.c.confirm(node, fp, counted)
 		return
 	}
 	if len(ids) > 0 {
-		f.c.release(node, v.c.ResourceVersion, p.UID, busSet(v.c, ids))
+		f.c.release(node, v.C.ResourceVersion, p.UID, busSet(v.C, ids))
 	}
 }
 

@@ -153,12 +153,12 @@ func (c *Cache) railRoom(li, gpus int) map[string]int {
 			break
 		}
 		v, _ := usable(cell.Load())
-		if v == nil || (v.free&v.c.AnyNear[li]).Count() < gpus {
+		if v == nil || (v.Free&v.C.AnyNear[li]).Count() < gpus {
 			continue
 		}
-		for n, nic := range v.c.NICs {
+		for n, nic := range v.C.NICs {
 			if nic.Rail != "" {
-				room[nic.Rail] += (v.free & v.c.Near[li][n]).Count()
+				room[nic.Rail] += (v.Free & v.C.Near[li][n]).Count()
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package nicaffinity
 import (
 	"sync"
 
+	"github.com/nicaffinity/nicaffinity/pkg/placement"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 )
@@ -43,11 +44,11 @@ const (
 	reasonUnreadable  = "topology_unreadable"
 	reasonStale       = "topology_stale"
 	reasonLagging     = "topology_lagging"
-	reasonNoAligned   = "no_aligned_gpu"
-	reasonTooFew      = "too_few_aligned_gpus"
-	reasonNoVF        = "no_free_vf"
-	reasonNoGPUDirect = "gpudirect_impossible"
-	reasonRails       = "off_job_rails"
+	reasonNoAligned   = placement.ReasonNoAligned
+	reasonTooFew      = placement.ReasonTooFew
+	reasonNoVF        = placement.ReasonNoVF
+	reasonNoGPUDirect = placement.ReasonNoGPUDirect
+	reasonRails       = placement.ReasonRails
 )
 
 // Topology states (the state label).

@@ -47,11 +47,11 @@ func (c *Cache) vfNodes(res string) sets.Set[string] {
 // caller holds mu.
 func (c *Cache) indexVFs(node string, e *nodeEntry, v *nodeView) {
 	var want *nodeEntryVFs
-	if v != nil && v.c != nil && len(e.vfBase) > 0 {
-		if e.vfIndexed != nil && e.vfIndexed.compiled == v.c {
+	if v != nil && v.C != nil && len(e.vfBase) > 0 {
+		if e.vfIndexed != nil && e.vfIndexed.compiled == v.C {
 			return
 		}
-		want = &nodeEntryVFs{compiled: v.c, res: slices.Sorted(maps.Keys(e.vfBase))}
+		want = &nodeEntryVFs{compiled: v.C, res: slices.Sorted(maps.Keys(e.vfBase))}
 	}
 	if want == nil && e.vfIndexed == nil {
 		return

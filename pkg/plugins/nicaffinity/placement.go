@@ -85,7 +85,7 @@ func (pl *NICAffinity) ScorePlacement(_ context.Context, state fwk.PlacementCycl
 		if err != nil {
 			return 0, fwk.AsStatus(err)
 		}
-		if s == nil || !s.req.rdma {
+		if s == nil || !s.req.RDMA {
 			continue
 		}
 		// A member with no entry was not planned (a node without a

@@ -26,6 +26,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/placement"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/sysfs"
 )
 
@@ -234,11 +235,11 @@ func TestFilterSRIOV(t *testing.T) {
 func TestPlansLeaveVFGPUs(t *testing.T) {
 	pl, c := newTestPlugin(t, nil, sriovNRT(t, 2, 2))
 	v := c.view("h20")
-	li := levelIndex(pl.scoring.defaults.maxLevel)
-	keep := v.vfKeepers(li)
+	li := placement.LevelIndex(pl.scoring.defaults.MaxLevel)
+	keep := v.VFKeepers(li)
 	byBus := map[string]int{}
-	for g := range v.c.GPUs {
-		byBus[v.c.GPUs[g].BusID] = g
+	for g := range v.C.GPUs {
+		byBus[v.C.GPUs[g].BusID] = g
 	}
 	if keep.Count() != 4 || keep&(1<<0) == 0 || keep&(1<<7) == 0 {
 		t.Fatalf("GPUs next to free VFs: %b, want 0, 1, 6 and 7", keep)
@@ -263,15 +264,15 @@ func TestPlansLeaveVFGPUs(t *testing.T) {
 	// GPU 0's switch is broken (by a VF pod, say): GPU 1 beside it is good
 	// packing for a pod that needs a VF, not for one that does not.
 	w := *v
-	w.free = v.c.Healthy &^ 1
+	w.Free = v.C.Healthy &^ 1
 	plain := pl.scoring.defaults
-	plain.gpus, plain.rdma = 1, true
+	plain.GPUs, plain.RDMA = 1, true
 	withVF := plain
-	withVF.vfs = []vfRequest{{resource: "openshift.io/sriov_highnet", count: 1}}
-	if got := w.packing(&plain, 1<<1); got != 0 {
+	withVF.VFs = []vfRequest{{Resource: "openshift.io/sriov_highnet", Count: 1}}
+	if got := w.Packing(&plain, 1<<1); got != 0 {
 		t.Errorf("packing of GPU 1 for a pod without VFs = %v, want 0", got)
 	}
-	if got := w.packing(&withVF, 1<<1); got != 1 {
+	if got := w.Packing(&withVF, 1<<1); got != 1 {
 		t.Errorf("packing of GPU 1 for a VF pod = %v, want 1", got)
 	}
 }
@@ -514,13 +515,13 @@ func TestPrecomputedAnswers(t *testing.T) {
 		checked := 0
 		for _, o := range objs {
 			v, _ := st.View(o.Name)
-			if v.answered != len(v.c.GPUs) {
-				t.Fatalf("%s: %d answers for %d GPUs", o.Name, v.answered, len(v.c.GPUs))
+			if v.answered != len(v.C.GPUs) {
+				t.Fatalf("%s: %d answers for %d GPUs", o.Name, v.answered, len(v.C.GPUs))
 			}
-			for g := 1; g < len(v.c.GPUs); g++ {
+			for g := 1; g < len(v.C.GPUs); g++ {
 				for _, rdma := range []bool{true, false} {
-					req := &request{gpus: g, rdma: rdma, maxLevel: maxLevelOf(pl.args), required: true}
-					if rdma && v.answers[g].feasible != v.fits(req, levelIndex(req.maxLevel)) {
+					req := &request{GPUs: g, RDMA: rdma, MaxLevel: maxLevelOf(pl.args), Required: true}
+					if rdma && v.answers[g].feasible != v.fits(req, placement.LevelIndex(req.MaxLevel)) {
 						t.Errorf("%s, %s, %d GPUs: precomputed feasible %v", strategy, o.Name, g, v.answers[g].feasible)
 					}
 					want, got := pl.scoreOf(v, req), int64(v.answers[g].plain)
@@ -540,14 +541,14 @@ func TestPrecomputedAnswers(t *testing.T) {
 		// Through the extension points, which read the published copy.
 		for _, o := range objs {
 			v, _ := st.View(o.Name)
-			for g := 1; g < len(v.c.GPUs); g++ {
+			for g := 1; g < len(v.C.GPUs); g++ {
 				p := makePod("p", int64(g), nil, rdma, "1")
 				cycle, _ := preFilter(t, pl, p, nodeInfo("big", 16))
-				req := &request{gpus: g, rdma: true, maxLevel: maxLevelOf(pl.args), required: true}
+				req := &request{GPUs: g, RDMA: true, MaxLevel: maxLevelOf(pl.args), Required: true}
 				if got, _ := pl.Score(t.Context(), cycle, p, nodeInfo(o.Name, 8)); got != pl.scoreOf(v, req) {
 					t.Errorf("%s, %s, %d GPUs: Score %d, search %d", strategy, o.Name, g, got, pl.scoreOf(v, req))
 				}
-				if f := pl.Filter(t.Context(), cycle, p, nodeInfo(o.Name, 8)); f.IsSuccess() != v.fits(req, levelIndex(req.maxLevel)) {
+				if f := pl.Filter(t.Context(), cycle, p, nodeInfo(o.Name, 8)); f.IsSuccess() != v.fits(req, placement.LevelIndex(req.MaxLevel)) {
 					t.Errorf("%s, %s, %d GPUs: Filter %v", strategy, o.Name, g, f)
 				}
 			}
@@ -557,7 +558,7 @@ func TestPrecomputedAnswers(t *testing.T) {
 	pl, _ := newTestPlugin(t, nil, handNRT("n", 0, 1, 4, 5))
 	p := makePod("p", 2, map[string]string{annotations.MaxLevel: "PIX"}, rdma, "1")
 	cycle, _ := preFilter(t, pl, p, nodeInfo("big", 16))
-	if s, _ := getState(cycle); s.req.common {
+	if s, _ := getState(cycle); s.req.Common {
 		t.Error("a pod with its own max level counted as common")
 	}
 }
@@ -584,15 +585,15 @@ func TestSixteenGPUs(t *testing.T) {
 	obj := machineNRT(t, "big", sixteenGPUs, 0, 2)
 	pl, st := newTestPlugin(t, nil, obj)
 	v, _ := st.View("big")
-	if len(v.c.GPUs) != 16 || v.answered != 16 {
-		t.Fatalf("%d GPUs, %d answers, want 16 and 16", len(v.c.GPUs), v.answered)
+	if len(v.C.GPUs) != 16 || v.answered != 16 {
+		t.Fatalf("%d GPUs, %d answers, want 16 and 16", len(v.C.GPUs), v.answered)
 	}
 	feasible := 0
 	for g := 1; g < 16; g++ {
 		p := makePod("p", int64(g), nil, rdma, "1")
 		cycle, _ := preFilter(t, pl, p, nodeInfo("big", 16), nodeInfo("bigger", 32))
-		req := &request{gpus: g, rdma: true, maxLevel: maxLevelOf(pl.args), required: true}
-		want := v.fits(req, levelIndex(req.maxLevel))
+		req := &request{GPUs: g, RDMA: true, MaxLevel: maxLevelOf(pl.args), Required: true}
+		want := v.fits(req, placement.LevelIndex(req.MaxLevel))
 		if f := pl.Filter(t.Context(), cycle, p, nodeInfo("big", 16)); f.IsSuccess() != want {
 			t.Errorf("%d GPUs: Filter %v, search says feasible %v", g, f, want)
 		}
@@ -857,7 +858,7 @@ func TestAdoptPlan(t *testing.T) {
 			p.Spec.SchedulerName, p.Spec.NodeName = tc.scheduler, tc.node
 			feed.adoptPlan(p)
 			v, _ := st.View("n")
-			if got := v.free.Count(); got != tc.wantFree {
+			if got := v.Free.Count(); got != tc.wantFree {
 				t.Errorf("free GPUs after adoption: %d, want %d", got, tc.wantFree)
 			}
 		})
@@ -1015,7 +1016,7 @@ func TestConfirmKeepsPodsNotYetBound(t *testing.T) {
 	o.Attributes = append(o.Attributes, v1alpha2.AttributeInfo{Name: podfingerprint.Attribute, Value: nrt.Fingerprint([]devices.Pod{{Namespace: "default", Name: "p"}})})
 	feed.observe(o)
 	v, _ := st.View("n")
-	if got, want := v.free, nrt.GPUSet(0b1000); got != want {
+	if got, want := v.Free, nrt.GPUSet(0b1000); got != want {
 		t.Errorf("free GPUs %04b, want %04b (q's reservation kept, p's confirmed)", got, want)
 	}
 	if st.holds("uid-p") || !st.holds("uid-q") {
@@ -1046,7 +1047,7 @@ func TestRecheckConfirmsOnPodEvents(t *testing.T) {
 	feed.observe(o)
 	free := func() int {
 		v, _ := st.View("n")
-		return v.free.Count()
+		return v.Free.Count()
 	}
 	if got := free(); got != 0 {
 		t.Fatalf("before the pod event: %d free GPUs, want 0 (the reservation still held)", got)
@@ -1093,7 +1094,7 @@ func TestReleaseBridgesAPodsEnd(t *testing.T) {
 		p := makePod("p", 1, nil)
 		p.Spec.NodeName, p.Status.Phase = "n", v1.PodRunning
 		if observed {
-			p.Annotations = map[string]string{annotations.ObservedKey: fmt.Sprintf(`{"gpus":[{"busID":%q}],"aligned":false,"plan":"none"}`, v.c.GPUs[0].BusID)}
+			p.Annotations = map[string]string{annotations.ObservedKey: fmt.Sprintf(`{"gpus":[{"busID":%q}],"aligned":false,"plan":"none"}`, v.C.GPUs[0].BusID)}
 		}
 		if err := pods.Add(p); err != nil {
 			t.Fatal(err)
@@ -1103,7 +1104,7 @@ func TestReleaseBridgesAPodsEnd(t *testing.T) {
 	const all, gpu0 = nrt.GPUSet(0b1111), nrt.GPUSet(0b0001)
 	free := func(st *Cache) nrt.GPUSet {
 		v, _ := st.View("n")
-		return v.free
+		return v.Free
 	}
 	expect := func(t *testing.T, st *Cache, want nrt.GPUSet, when string) {
 		t.Helper()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/placement"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -47,10 +48,10 @@ func TestPrecomputedAnswersEveryShape(t *testing.T) {
 			for i, o := range objs {
 				// Reserve a random GPU or two on some nodes: views built
 				// by Reserve carry answers too.
-				if v, _ := st.View(o.Name); v != nil && i%2 == 1 && v.free != 0 {
+				if v, _ := st.View(o.Name); v != nil && i%2 == 1 && v.Free != 0 {
 					var take nrt.GPUSet
-					for g := range v.c.GPUs {
-						if v.free&(1<<g) != 0 && rng.IntN(2) == 0 {
+					for g := range v.C.GPUs {
+						if v.Free&(1<<g) != 0 && rng.IntN(2) == 0 {
 							take |= 1 << g
 						}
 					}
@@ -60,22 +61,22 @@ func TestPrecomputedAnswersEveryShape(t *testing.T) {
 				if v == nil {
 					t.Fatalf("%s: no usable view", o.Name)
 				}
-				if want := min(len(v.c.GPUs), maxAnswered); want > 1 && v.answered != want {
-					t.Fatalf("%s: %d answers for %d GPUs", o.Name, v.answered, len(v.c.GPUs))
+				if want := min(len(v.C.GPUs), maxAnswered); want > 1 && v.answered != want {
+					t.Fatalf("%s: %d answers for %d GPUs", o.Name, v.answered, len(v.C.GPUs))
 				}
 				for g := 1; g < v.answered; g++ {
 					for _, rdma := range []bool{true, false} {
-						req := &request{gpus: g, rdma: rdma, maxLevel: level, required: true, common: true}
+						req := &request{GPUs: g, RDMA: rdma, MaxLevel: level, Required: true, Common: true}
 						a := v.answers[g]
 						got := int64(a.plain)
 						if rdma {
 							got = int64(a.score)
-							if want := v.fits(req, levelIndex(level)); a.feasible != want {
+							if want := v.fits(req, placement.LevelIndex(level)); a.feasible != want {
 								t.Errorf("%s, %s, %s, %d GPUs: precomputed feasible %v, search %v", level, strategy, o.Name, g, a.feasible, want)
 							}
 						}
 						if want := pl.scoreOf(v, req); got != want {
-							t.Errorf("%s, %s, %s, %d GPUs, rdma %v: precomputed score %d, search %d (free %b)", level, strategy, o.Name, g, rdma, got, want, v.free)
+							t.Errorf("%s, %s, %s, %d GPUs, rdma %v: precomputed score %d, search %d (free %b)", level, strategy, o.Name, g, rdma, got, want, v.Free)
 						}
 						checked++
 					}

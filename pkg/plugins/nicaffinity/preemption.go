@@ -46,7 +46,7 @@ func (pl *NICAffinity) change(cycle fwk.CycleState, pod *v1.Pod, nodeInfo fwk.No
 	if v == nil {
 		return nil
 	}
-	gpus := heldGPUs(v.c, pod, node)
+	gpus := heldGPUs(v.C, pod, node)
 	if gpus == 0 {
 		return nil
 	}
@@ -122,7 +122,7 @@ func observedGPUs(pod *v1.Pod) []string {
 // and no precomputed answers, which are for the real free set.
 func (v *nodeView) withOverlay(o overlay) *nodeView {
 	w := *v
-	w.free = (v.free | (o.freed & v.c.Healthy)) &^ o.taken
+	w.Free = (v.Free | (o.freed & v.C.Healthy)) &^ o.taken
 	w.answered = 0
 	return &w
 }

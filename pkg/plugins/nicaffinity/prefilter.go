@@ -10,6 +10,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/placement"
 	podreq "github.com/nicaffinity/nicaffinity/pkg/request"
 )
 
@@ -55,12 +56,8 @@ func (pl *NICAffinity) podRequest(pod *v1.Pod) (*request, bool, error) {
 	if err != nil || !ok {
 		return nil, false, err
 	}
-	req := &request{gpus: r.GPUs, rdma: r.RDMA, maxLevel: r.MaxLevel, required: r.Required, nccl: r.NCCL, job: r.Job.Key(),
-		rails: r.Rails, followRails: r.FollowsRails(), common: r.Defaulted(pl.reader)}
-	for _, vf := range r.VFs {
-		req.vfs = append(req.vfs, vfRequest{resource: vf.Resource, count: vf.Count})
-	}
-	return req, true, nil
+	req := placement.FromPod(r, pl.reader)
+	return &req, true, nil
 }
 
 // PreFilter computes the request. Pods without GPUs, and pods without RDMA
@@ -74,16 +71,16 @@ func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	if !ok || !req.rdma && takesLargestNode(nodes, v1.ResourceName(pl.args.GPUResourceName), int64(req.gpus)) {
+	if !ok || !req.RDMA && takesLargestNode(nodes, v1.ResourceName(pl.args.GPUResourceName), int64(req.GPUs)) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	if req.followRails {
+	if req.FollowRails {
 		// The rails the job's pods hold now: in a pod-group cycle, those
 		// of the members reserved before this one.
-		req.jobRails = pl.cache.jobs.rails(req.job)
+		req.JobRails = pl.cache.jobs.rails(req.Job)
 	}
 	st := &preFilterState{req: *req}
-	if req.rdma && cycle.IsPodGroupSchedulingCycle() {
+	if req.RDMA && cycle.IsPodGroupSchedulingCycle() {
 		st.overlays = pl.removedOverlays(nodes)
 	}
 	// Score, Reserve and PreBind read the state of a skipped Filter too.
@@ -100,14 +97,14 @@ func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v
 // several VF resources it is the smallest of their sets, a superset of the
 // nodes that offer them all.
 func (pl *NICAffinity) vfCandidates(req *request) (*fwk.PreFilterResult, *fwk.Status) {
-	if len(req.vfs) == 0 || !req.rdma || !req.required || pl.args.MissingTopology != MissingReject {
+	if len(req.VFs) == 0 || !req.RDMA || !req.Required || pl.args.MissingTopology != MissingReject {
 		return nil, nil
 	}
 	var smallest sets.Set[string]
-	for i, vf := range req.vfs {
-		s := pl.cache.vfNodes(vf.resource)
+	for i, vf := range req.VFs {
+		s := pl.cache.vfNodes(vf.Resource)
 		if s.Len() == 0 {
-			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("no node's NodeResourceTopology offers VFs of %s", vf.resource))
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("no node's NodeResourceTopology offers VFs of %s", vf.Resource))
 		}
 		if i == 0 || s.Len() < smallest.Len() {
 			smallest = s

@@ -15,6 +15,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/placement"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -204,8 +205,8 @@ func TestGangUnreserveFreesAll(t *testing.T) {
 		}
 		members = append(members, member{p, cycle, node})
 	}
-	if v, _ := st.View("a"); v.free.Count() != 4 {
-		t.Fatalf("node a: %d free GPUs with two members reserved, want 4", v.free.Count())
+	if v, _ := st.View("a"); v.Free.Count() != 4 {
+		t.Fatalf("node a: %d free GPUs with two members reserved, want 4", v.Free.Count())
 	}
 	if got := st.jobs.rails("default/gang"); len(got) == 0 {
 		t.Fatal("no rails recorded for the gang")
@@ -214,8 +215,8 @@ func TestGangUnreserveFreesAll(t *testing.T) {
 		pl.Unreserve(t.Context(), m.cycle, m.pod, m.node)
 	}
 	for _, node := range []string{"a", "b"} {
-		if v, _ := st.View(node); v.free.Count() != 8 || st.reserving(node) {
-			t.Errorf("node %s after the gang's Unreserve: %d free GPUs, reservations %v", node, v.free.Count(), st.reserving(node))
+		if v, _ := st.View(node); v.Free.Count() != 8 || st.reserving(node) {
+			t.Errorf("node %s after the gang's Unreserve: %d free GPUs, reservations %v", node, v.Free.Count(), st.reserving(node))
 		}
 	}
 	if jobs, pods := st.jobs.size(); jobs != 0 || pods != 0 {
@@ -227,7 +228,7 @@ func TestGangUnreserveFreesAll(t *testing.T) {
 // most maxRailRoomNodes of a larger one. Every node here has one free GPU
 // next to each rail, so a rail's room is the number of nodes read.
 func TestRailRoomBounded(t *testing.T) {
-	li := levelIndex(topology.LevelPXB)
+	li := placement.LevelIndex(topology.LevelPXB)
 	one := railedH100(t, "n")
 	for _, tc := range []struct {
 		nodes, want int

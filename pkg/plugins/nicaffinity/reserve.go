@@ -13,6 +13,7 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/placement"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -31,7 +32,7 @@ func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v
 		return st
 	}
 	v, _ := pl.cache.View(node)
-	if v == nil || s.req.gpus > len(v.c.GPUs) {
+	if v == nil || s.req.GPUs > len(v.C.GPUs) {
 		return nil // nothing to plan against: the kubelet decides alone
 	}
 	if o, ok := s.overlays[node]; ok {
@@ -39,54 +40,54 @@ func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v
 		// gone, as Filter judged (the framework undoes this Reserve).
 		v = v.withOverlay(o)
 	}
-	steps := maxCallSteps
-	li := v.bestLevel(&s.req, &steps)
+	steps := placement.MaxCallSteps
+	li := v.BestLevel(&s.req, &steps)
 	if li < 0 {
 		li = len(topology.Levels) - 1 // preferred policy on a node that cannot align
 	}
 	req := s.req
-	if req.followRails && len(req.jobRails) == 0 {
+	if req.FollowRails && len(req.JobRails) == 0 {
 		// The job's first pod: its rails become the job's, so take those
 		// with the most room left for the others.
-		req.railRoom = pl.cache.railRoom(li, req.gpus)
+		req.RailRoom = pl.cache.railRoom(li, req.GPUs)
 	}
-	gpus := v.plan(&req, li)
-	if gpus.Count() < s.req.gpus {
+	gpus := v.Plan(&req, li)
+	if gpus.Count() < s.req.GPUs {
 		return fwk.NewStatus(fwk.Unschedulable, "the GPUs planned here were taken by another pod in the meantime")
 	}
-	nics := v.nicsFor(&s.req, gpus)
+	nics := v.NICsFor(&s.req, gpus)
 	var vfs map[int]map[string]int64
-	if len(s.req.vfs) > 0 {
+	if len(s.req.VFs) > 0 {
 		vfs = map[int]map[string]int64{}
 	}
-	for _, vf := range s.req.vfs {
-		left := vf.count
+	for _, vf := range s.req.VFs {
+		left := vf.Count
 		for _, n := range nics {
-			take := min(left, v.vfFree[vf.resource][n])
+			take := min(left, v.VFFree[vf.Resource][n])
 			if take > 0 {
 				if vfs[n] == nil {
 					vfs[n] = map[string]int64{}
 				}
-				vfs[n][vf.resource] += take
+				vfs[n][vf.Resource] += take
 				left -= take
 			}
 		}
 	}
 	pl.cache.Reserve(node, pod.UID, gpus, vfs)
-	alloc := &annotations.Allocation{Node: node, NRTGeneration: v.c.Generation,
-		GPUs: make([]string, 0, s.req.gpus), UUIDs: make([]string, 0, s.req.gpus)}
+	alloc := &annotations.Allocation{Node: node, NRTGeneration: v.C.Generation,
+		GPUs: make([]string, 0, s.req.GPUs), UUIDs: make([]string, 0, s.req.GPUs)}
 	if len(nics) > 0 {
 		alloc.NICs = make([]string, 0, len(nics))
 	}
 	worst := topology.LevelX
 	uuids := true
-	for g := range v.c.GPUs {
+	for g := range v.C.GPUs {
 		if gpus&(nrt.GPUSet(1)<<g) != 0 {
-			alloc.GPUs = append(alloc.GPUs, v.c.GPUs[g].BusID)
-			alloc.UUIDs = append(alloc.UUIDs, v.c.GPUs[g].UUID)
-			uuids = uuids && v.c.GPUs[g].UUID != ""
-			if s.req.rdma {
-				worst = max(worst, v.c.BestLevel[g])
+			alloc.GPUs = append(alloc.GPUs, v.C.GPUs[g].BusID)
+			alloc.UUIDs = append(alloc.UUIDs, v.C.GPUs[g].UUID)
+			uuids = uuids && v.C.GPUs[g].UUID != ""
+			if s.req.RDMA {
+				worst = max(worst, v.C.BestLevel[g])
 			}
 		}
 	}
@@ -94,24 +95,24 @@ func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v
 		alloc.UUIDs = nil // all or none: the object names GPUs by UUID only with NVML
 	}
 	for _, n := range nics {
-		alloc.NICs = append(alloc.NICs, v.c.NICs[n].Name)
-		if r := v.c.NICs[n].Rail; r != "" && !slices.Contains(alloc.Rails, r) {
+		alloc.NICs = append(alloc.NICs, v.C.NICs[n].Name)
+		if r := v.C.NICs[n].Rail; r != "" && !slices.Contains(alloc.Rails, r) {
 			alloc.Rails = append(alloc.Rails, r)
 		}
 	}
 	slices.Sort(alloc.Rails)
-	if s.req.followRails {
+	if s.req.FollowRails {
 		// The job's next pods (the next members of a pod-group cycle
 		// too) place onto these rails; Unreserve takes them back.
-		pl.cache.jobs.add(s.req.job, pod.UID, alloc.Rails)
+		pl.cache.jobs.add(s.req.Job, pod.UID, alloc.Rails)
 	}
-	if s.req.rdma && worst <= topology.LevelSYS {
+	if s.req.RDMA && worst <= topology.LevelSYS {
 		alloc.Level = worst.String()
 	}
 	s.planned = alloc
-	if s.req.rdma {
+	if s.req.RDMA {
 		// In a pod-group cycle, what ScorePlacement ranks placements by.
-		recordPlacement(cycle, pod.UID, worst <= s.req.maxLevel, alloc.Rails)
+		recordPlacement(cycle, pod.UID, worst <= s.req.MaxLevel, alloc.Rails)
 	}
 	if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
 		logger.Info("Reserved GPUs", "pod", klog.KObj(pod), "node", node, "gpus", alloc.GPUs, "nics", alloc.NICs, "level", alloc.Level)
@@ -166,7 +167,7 @@ func (pl *NICAffinity) countPlacement(s *preFilterState) {
 	if level == "" {
 		level = "none"
 	}
-	if s.req.required {
+	if s.req.Required {
 		policy = annotations.PolicyRequired
 	}
 	pl.cache.metrics.placed(level, policy)

@@ -7,6 +7,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/placement"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -27,19 +28,19 @@ func (pl *NICAffinity) PreScore(_ context.Context, cycle fwk.CycleState, _ *v1.P
 		return fwk.NewStatus(fwk.Skip)
 	}
 	req := &s.req
-	if !req.common {
+	if !req.Common {
 		return nil
 	}
 	switch {
-	case !req.rdma:
+	case !req.RDMA:
 		// Every node is a candidate, nodes without a view too: they
 		// score 0.
-		if score, ok := pl.cache.uniformScore(req.gpus, kindPlain); ok && score == 0 {
+		if score, ok := pl.cache.uniformScore(req.GPUs, kindPlain); ok && score == 0 {
 			return fwk.NewStatus(fwk.Skip)
 		}
-	case req.required && pl.args.MissingTopology == MissingReject:
+	case req.Required && pl.args.MissingTopology == MissingReject:
 		// Filter let through only nodes with a view where the pod fits aligned.
-		if _, ok := pl.cache.uniformScore(req.gpus, kindAligned); ok {
+		if _, ok := pl.cache.uniformScore(req.GPUs, kindAligned); ok {
 			return fwk.NewStatus(fwk.Skip)
 		}
 	}
@@ -59,22 +60,22 @@ func (pl *NICAffinity) Score(_ context.Context, cycle fwk.CycleState, _ *v1.Pod,
 	}
 	req := &s.req
 	v := pl.cache.view(nodeInfo.Node().Name)
-	if v == nil || v.c == nil {
+	if v == nil || v.C == nil {
 		return 0, nil
 	}
 	if a, ok := v.commonAnswer(req); ok {
-		if req.rdma {
+		if req.RDMA {
 			return int64(a.score), nil
 		}
 		return int64(a.plain), nil
 	}
-	steps := maxCallSteps
+	steps := placement.MaxCallSteps
 	score := pl.scoring.nodeScore(v, req, &steps)
-	if len(req.jobRails) > 0 && req.rdma {
+	if len(req.JobRails) > 0 && req.RDMA {
 		// Rails first: a node where the pod fits on its job's rails
 		// ranks above every node where it does not.
 		score /= 2
-		if v.railsFit(req, levelIndex(req.maxLevel)) {
+		if v.RailsFit(req, placement.LevelIndex(req.MaxLevel)) {
 			score += fwk.MaxNodeScore / 2
 		}
 	}
@@ -94,7 +95,7 @@ type scoring struct {
 
 // newScoring is the scoring of valid, defaulted args.
 func newScoring(args *Args) *scoring {
-	return &scoring{defaults: request{maxLevel: maxLevelOf(args), required: args.DefaultPolicy == annotations.PolicyRequired, common: true},
+	return &scoring{defaults: request{MaxLevel: maxLevelOf(args), Required: args.DefaultPolicy == annotations.PolicyRequired, Common: true},
 		strategy: args.ScoringStrategy, score: strategies[args.ScoringStrategy.Type]}
 }
 
@@ -109,14 +110,14 @@ func newScoring(args *Args) *scoring {
 // scheduling thread for Reserve: O(levels x GPUs^2), not one search per
 // size. TestPrecomputedAnswers holds it to the search, answer by answer.
 func (sc *scoring) precompute(v *nodeView) {
-	n := min(len(v.c.GPUs), maxAnswered)
+	n := min(len(v.C.GPUs), maxAnswered)
 	if n < 2 {
 		return
 	}
 	v.answered = n
-	li0 := levelIndex(sc.defaults.maxLevel)
+	li0 := placement.LevelIndex(sc.defaults.MaxLevel)
 	plain, rdma := sc.defaults, sc.defaults
-	plain.gpus, rdma.gpus, rdma.rdma = 1, 1, true
+	plain.GPUs, rdma.GPUs, rdma.RDMA = 1, 1, true
 	// plainGood[k] and good[k]: how many of plan's first k picks pack well,
 	// for pods without RDMA (planned at the last level) and for RDMA pods
 	// at level index pickedAt (the best level a size can have; sizes that
@@ -126,13 +127,13 @@ func (sc *scoring) precompute(v *nodeView) {
 	pickedAt := -1
 	picks := 0
 	for g := 1; g < n; g++ {
-		a := answer{feasible: (v.free & v.c.AnyNear[li0]).Count() >= g}
+		a := answer{feasible: (v.Free & v.C.AnyNear[li0]).Count() >= g}
 		if k := min(g, plainPicks); k > 0 {
-			a.plain = uint8(int64(100 * packed(plainGood[k], k)))
+			a.plain = uint8(int64(100 * placement.Packed(plainGood[k], k)))
 		}
 		li := -1
 		for l := range topology.Levels {
-			if (v.free & v.c.AnyNear[l]).Count() >= g {
+			if (v.Free & v.C.AnyNear[l]).Count() >= g {
 				li = l
 				break
 			}
@@ -141,9 +142,9 @@ func (sc *scoring) precompute(v *nodeView) {
 			if li != pickedAt {
 				picks, pickedAt = v.packedPicks(&rdma, li, good[:n]), li
 			}
-			rdma.gpus = g
-			certainty := int64(100 * v.certainty(&rdma, li0))
-			a.score = uint8(sc.score(sc.strategy, levelScore[li], certainty, int64(100*packed(good[min(g, picks)], g))))
+			rdma.GPUs = g
+			certainty := int64(100 * v.Certainty(&rdma, li0))
+			a.score = uint8(sc.score(sc.strategy, levelScore[li], certainty, int64(100*placement.Packed(good[min(g, picks)], g))))
 		}
 		v.answers[g] = a
 	}
@@ -153,18 +154,18 @@ func (sc *scoring) precompute(v *nodeView) {
 // len(good)-1 picks, and counts in good[k] how many of the first k pack
 // well (good[0] is 0). It returns the number of picks made.
 func (v *nodeView) packedPicks(req *request, li int, good []int) int {
-	p, gpus := v.planner(req, li)
-	pk := v.packer(req)
+	p, gpus := v.Planner(req, li)
+	pk := v.Packer(req)
 	k := 0
 	for k+1 < len(good) {
-		g := p.next(gpus)
+		g := p.Next(gpus)
 		if g < 0 {
 			break
 		}
 		gpus |= 1 << g
 		k++
 		good[k] = good[k-1]
-		if pk.good(g) {
+		if pk.Good(g) {
 			good[k]++
 		}
 	}
@@ -180,20 +181,20 @@ var levelScore = [...]int64{100, 80, 70, 60, 40, 20}
 // nodeScore is Score on a usable view, within the call's search budget
 // *steps, which every level tried shares.
 func (sc *scoring) nodeScore(v *nodeView, req *request, steps *int) int64 {
-	if req.gpus > len(v.c.GPUs) || !req.rdma && req.gpus == len(v.c.GPUs) {
+	if req.GPUs > len(v.C.GPUs) || !req.RDMA && req.GPUs == len(v.C.GPUs) {
 		return fwk.MaxNodeScore
 	}
-	if !req.rdma {
-		planned := v.plan(req, len(topology.Levels)-1)
-		return int64(100 * v.packing(req, planned))
+	if !req.RDMA {
+		planned := v.Plan(req, len(topology.Levels)-1)
+		return int64(100 * v.Packing(req, planned))
 	}
-	li := v.bestLevel(req, steps)
+	li := v.BestLevel(req, steps)
 	if li < 0 {
 		return 0
 	}
 	level := levelScore[li]
-	certainty := int64(100 * v.certainty(req, levelIndex(req.maxLevel)))
-	packing := int64(100 * v.packing(req, v.plan(req, li)))
+	certainty := int64(100 * v.Certainty(req, placement.LevelIndex(req.MaxLevel)))
+	packing := int64(100 * v.Packing(req, v.Plan(req, li)))
 	return sc.score(sc.strategy, level, certainty, packing)
 }
 

@@ -46,15 +46,15 @@ func (pl *NICAffinity) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragme
 	if !ok {
 		return nil, nil
 	}
-	if req.followRails {
+	if req.FollowRails {
 		// Where this pod goes depends on where its job's other pods went,
 		// which changes as they are placed: a ranking made for one of
 		// them is no answer for the next.
 		return nil, fwk.NewStatus(fwk.Unschedulable, "a pod of a multi-pod job is placed on its job's rails, which change as its pods are placed")
 	}
-	sig := signature{GPUs: req.gpus, RDMA: req.rdma, MaxLevel: req.maxLevel.String(), Required: req.required, NCCL: req.nccl, Job: req.job}
-	for _, vf := range req.vfs {
-		sig.VFs = append(sig.VFs, signedVFs{Resource: vf.resource, Count: vf.count})
+	sig := signature{GPUs: req.GPUs, RDMA: req.RDMA, MaxLevel: req.MaxLevel.String(), Required: req.Required, NCCL: req.NCCL, Job: req.Job}
+	for _, vf := range req.VFs {
+		sig.VFs = append(sig.VFs, signedVFs{Resource: vf.Resource, Count: vf.Count})
 	}
 	return []fwk.SignFragment{{Key: SignerName, Value: sig}}, nil
 }

@@ -63,7 +63,7 @@ type skipCounts struct {
 // safe: Filter on v, or on v with any GPUs freed, passes a common RDMA
 // request exactly when the view has that many free GPUs.
 func (sc *skipCounts) safe(v *nodeView) bool {
-	return v.c != nil && !(v.stale && sc.staleRejects) && v.c.Healthy&^v.c.AnyNear[sc.li] == 0
+	return v.C != nil && !(v.stale && sc.staleRejects) && v.C.Healthy&^v.C.AnyNear[sc.li] == 0
 }
 
 // replace moves a node's count from its old view to its new one (either
@@ -142,10 +142,10 @@ func (pl *NICAffinity) canSkipFilter(cycle fwk.CycleState, pod types.UID, st *pr
 	if cycle.IsPodGroupSchedulingCycle() {
 		return false // Reserve plans through the cycle's overlays
 	}
-	if !req.rdma || !req.required {
+	if !req.RDMA || !req.Required {
 		return true // Filter passes every node: only scored
 	}
-	if !req.common || c.skip.li < 0 ||
+	if !req.Common || c.skip.li < 0 ||
 		c.skip.unsafe.Load() != 0 || c.mayNotSkip(pod) {
 		return false
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/placement"
 )
 
 // TestPreFilterSkipsFilter: PreFilter returns Skip exactly when every
@@ -97,14 +98,14 @@ func TestSkipSafeViewsAgreeWithCounts(t *testing.T) {
 	for name, build := range shapes {
 		pl, c := newTestPlugin(t, nil, machineNRT(t, name, build))
 		base := c.view(name)
-		if base == nil || base.c == nil {
+		if base == nil || base.C == nil {
 			t.Fatalf("%s: no usable view", name)
 		}
-		n := len(base.c.GPUs)
+		n := len(base.C.GPUs)
 		safeSeen, unsafeSeen := 0, 0
 		for range 200 {
 			v := *base
-			v.free = nrt.GPUSet(rng.Uint64()) & base.c.Healthy
+			v.Free = nrt.GPUSet(rng.Uint64()) & base.C.Healthy
 			v.answered = 0 // no precomputed answers: the search decides
 			safe := c.skip.safe(&v)
 			if safe {
@@ -114,15 +115,15 @@ func TestSkipSafeViewsAgreeWithCounts(t *testing.T) {
 			}
 			for g := 1; g <= n; g++ {
 				req := pl.scoring.defaults
-				req.gpus, req.rdma, req.common = g, true, false
-				steps := maxCallSteps
+				req.GPUs, req.RDMA, req.Common = g, true, false
+				steps := placement.MaxCallSteps
 				passes := pl.filterView(&v, &req, &steps).IsSuccess()
-				if safe && passes != (v.free.Count() >= g) {
-					t.Errorf("%s, free %b, %d GPUs: Filter passes %v on a safe view with %d free", name, v.free, g, passes, v.free.Count())
+				if safe && passes != (v.Free.Count() >= g) {
+					t.Errorf("%s, free %b, %d GPUs: Filter passes %v on a safe view with %d free", name, v.Free, g, passes, v.Free.Count())
 				}
 			}
-			if safe != (v.c.Healthy&^v.c.AnyNear[c.skip.li] == 0) {
-				t.Errorf("%s, free %b: safe %v, but a healthy GPU without a close NIC is %v", name, v.free, safe, !safe)
+			if safe != (v.C.Healthy&^v.C.AnyNear[c.skip.li] == 0) {
+				t.Errorf("%s, free %b: safe %v, but a healthy GPU without a close NIC is %v", name, v.Free, safe, !safe)
 			}
 		}
 		t.Logf("%s: %d safe, %d not", name, safeSeen, unsafeSeen)

@@ -39,7 +39,7 @@ func (pl *NICAffinity) removedOverlays(nodes []fwk.NodeInfo) map[string]overlay 
 		if v == nil {
 			continue
 		}
-		if ni.GetRequested().GetScalarResources()[gpu] >= int64((v.c.Healthy &^ v.free).Count()) {
+		if ni.GetRequested().GetScalarResources()[gpu] >= int64((v.C.Healthy &^ v.Free).Count()) {
 			continue
 		}
 		if freed := pl.freedOn(ni, v); freed != 0 {
@@ -73,7 +73,7 @@ func (pl *NICAffinity) freedOn(ni fwk.NodeInfo, v *nodeView) nrt.GPUSet {
 		if !ok || in[p.UID] || podutil.IsPodTerminal(p) {
 			continue
 		}
-		freed |= heldGPUs(v.c, p, node)
+		freed |= heldGPUs(v.C, p, node)
 	}
 	return freed &^ pl.cache.reservedGPUs(node)
 }

@@ -26,7 +26,7 @@ import (
 // plain pod's cycle frees nothing.
 func TestGangSeesRemovedVictims(t *testing.T) {
 	pl, st := newTestPlugin(t, nil, handNRT("n", 4, 5, 6, 7))
-	c := st.view("n").c
+	c := st.view("n").C
 	holding := func(name string, gpus ...int) *v1.Pod {
 		p := makePod(name, int64(len(gpus)), nil, rdma, "1")
 		p.Spec.NodeName = "n"

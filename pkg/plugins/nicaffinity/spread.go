@@ -37,12 +37,12 @@ func (sp *scoreSpread) replace(old, new *nodeView) {
 }
 
 func (sp *scoreSpread) add(v *nodeView, delta int32) {
-	if v == nil || v.c == nil {
+	if v == nil || v.C == nil {
 		return // scores 0; see uniform
 	}
 	for g := 1; g < maxAnswered; g++ {
 		if g >= v.answered {
-			if g <= len(v.c.GPUs) {
+			if g <= len(v.C.GPUs) {
 				sp.unanswered[g].Add(delta)
 			}
 			continue

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/placement"
 )
 
 // TestScoreSpread drives the spread with hand-made views: it tracks the
@@ -14,7 +15,7 @@ func TestScoreSpread(t *testing.T) {
 	// view builds a view of gpus GPUs answering 1..answered-1 with score
 	// s for RDMA (feasible where fits) and plain p.
 	view := func(gpus, answered int, fits bool, s, p uint8) *nodeView {
-		v := &nodeView{c: &nrt.Compiled{GPUs: make([]nrt.CompiledGPU, gpus)}, answered: answered}
+		v := &nodeView{Node: placement.Node{C: &nrt.Compiled{GPUs: make([]nrt.CompiledGPU, gpus)}}, answered: answered}
 		for g := 1; g < answered; g++ {
 			v.answers[g] = answer{feasible: fits, score: s, plain: p}
 		}
