@@ -13,8 +13,8 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/pkg/doctor"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/placement"
 	podreq "github.com/nicaffinity/nicaffinity/pkg/request"
-	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
 // nrtResource is the NodeResourceTopology API.
@@ -74,6 +74,7 @@ func Why(ctx context.Context, c doctor.Clients, namespace, name string, o doctor
 		return b.String(), nil
 	}
 	gpus, rdma, level := r.GPUs, r.RDMA, r.MaxLevel
+	req := placement.FromPod(r, o.RequestConfig())
 	list, err := c.Dynamic.Resource(nrtResource).List(ctx, metav1.ListOptions{Limit: maxNodes})
 	if err != nil {
 		return "", fmt.Errorf("listing NodeResourceTopologies: %w", err)
@@ -91,11 +92,10 @@ func Why(ctx context.Context, c doctor.Clients, namespace, name string, o doctor
 	fmt.Fprintf(&b, "\nIt asks for %d GPUs, each with %s. What each node's object offers:\n\n", gpus, need)
 	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "NODE\tFREE GPUS\tWITH A NIC AT %s\tNOTE\n", level)
-	li, _ := nrt.LevelIndex(level)
+	li := placement.LevelIndex(level)
 	rows := 0
 	for i := range list.Items {
 		obj, err := nrt.Decode(&list.Items[i])
-		note := ""
 		var comp *nrt.Compiled
 		if err == nil {
 			comp, err = nrt.Compile(obj, o.GPUResource)
@@ -106,15 +106,7 @@ func Why(ctx context.Context, c doctor.Clients, namespace, name string, o doctor
 			continue
 		}
 		free, near := comp.Free.Count(), (comp.Free & comp.AnyNear[li]).Count()
-		switch {
-		case rdma && near >= gpus || !rdma && free >= gpus:
-			note = "fits by its object (CPU, memory or other plugins may still refuse it)"
-		case comp.HostBlock != "":
-			note = "GPUDirect RDMA cannot run: " + comp.HostBlock
-		case rdma:
-			note = blockedNote(comp, level)
-		}
-		fmt.Fprintf(w, "%s\t%d\t%d\t%s\n", obj.Name, free, near, note)
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\n", obj.Name, free, near, nodeNote(comp, &req))
 		rows++
 	}
 	w.Flush()
@@ -124,27 +116,26 @@ func Why(ctx context.Context, c doctor.Clients, namespace, name string, o doctor
 	return b.String(), nil
 }
 
-// blockedNote says why free GPUs that have a close enough NIC on paper do
-// not count: GPUDirect RDMA cannot run on those paths.
-func blockedNote(c *nrt.Compiled, level topology.Level) string {
-	n, first := 0, ""
-	for g, gpu := range c.GPUs {
-		if c.Free&(nrt.GPUSet(1)<<g) == 0 || gpu.Blocked == nil {
-			continue
-		}
-		for i, why := range gpu.Blocked {
-			if why != "" && gpu.Published[i] <= level {
-				n++
-				if first == "" {
-					first = why
-				}
-			}
-		}
+// NodeVerdict is what the placement core decides for req on a node as its
+// object shows it: the scheduler's Filter on that node, less what only the
+// scheduler knows (its reservations not yet in the object, the job's
+// rails as its store holds them).
+func NodeVerdict(comp *nrt.Compiled, req *placement.Request) placement.Verdict {
+	n := placement.NodeOf(comp)
+	steps := placement.MaxCallSteps
+	return placement.Fit(&n, req, &steps)
+}
+
+// nodeNote is a node's NOTE column: the verdict in the scheduler's words.
+func nodeNote(comp *nrt.Compiled, req *placement.Request) string {
+	v := NodeVerdict(comp, req)
+	switch {
+	case v.Fits:
+		return "fits by its object (CPU, memory or other plugins may still refuse it)"
+	case comp.HostBlock != "":
+		return "GPUDirect RDMA cannot run: " + comp.HostBlock
 	}
-	if n == 0 {
-		return ""
-	}
-	return fmt.Sprintf("GPUDirect RDMA impossible on %d close path(s): %s", n, first)
+	return v.Message
 }
 
 func orDefault(s, def string) string {

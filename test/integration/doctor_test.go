@@ -60,7 +60,7 @@ func TestE2EGPUDirectACS(t *testing.T) {
 	}
 	// kubectl nicaffinity, in-process on the same control plane.
 	if out := kubectlNicaffinity(t, e, "why", "whole"); !strings.Contains(out, "default/whole is Pending.") ||
-		!strings.Contains(out, "ACS redirect on "+port) || !regexp.MustCompile(`(?m)^acs\s+8\s+7\s+GPUDirect RDMA impossible on 1 close path\(s\): ACS redirect on `).MatchString(out) {
+		!strings.Contains(out, "ACS redirect on "+port) || !regexp.MustCompile(`(?m)^acs\s+8\s+7\s+only 7 of the 8 free GPUs have a NIC at PXB or closer; the pod needs 8; GPUDirect RDMA impossible on closer paths: ACS redirect on `).MatchString(out) {
 		t.Errorf("kubectl nicaffinity why (Pending):\n%s", out)
 	}
 	if out := kubectlNicaffinity(t, e, "topo", "acs"); !strings.Contains(out, " PIX! ") || !strings.Contains(out, "GPU0-NIC0 (") || !strings.Contains(out, "ACS redirect on "+port) {
