@@ -193,3 +193,33 @@ func TestTopologyCoreImportsOnlyItself(t *testing.T) {
 		}
 	}
 }
+
+// TestPlacementIsPure: pkg/placement decides from its arguments alone: no
+// informers or clients, no scheduler framework, no metrics. (No clock
+// either: it imports no package that reads one, which the list below
+// would show; time is not imported at all.)
+func TestPlacementIsPure(t *testing.T) {
+	d := deps(t, "pkg/placement")
+	if !slices.Contains(d, module+"/pkg/nrt") {
+		t.Fatal("go list -deps does not show pkg/nrt in pkg/placement, which links it")
+	}
+	for _, p := range d {
+		for _, banned := range []string{"k8s.io/client-go/", "k8s.io/kube-scheduler/", "k8s.io/kubernetes/", "github.com/prometheus/", "google.golang.org/grpc", "time"} {
+			if p == banned || strings.HasPrefix(p, banned) && strings.HasSuffix(banned, "/") {
+				if banned == "time" && !directImport(t, "pkg/placement", "time") {
+					continue
+				}
+				t.Errorf("pkg/placement links %s", p)
+			}
+		}
+	}
+}
+
+// directImport says whether a package of the module imports imp itself.
+func directImport(t *testing.T, pkg, imp string) bool {
+	out, err := exec.Command("go", "list", "-f", "{{join .Imports \" \"}}", module+"/"+pkg).Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v", pkg, err)
+	}
+	return slices.Contains(strings.Fields(string(out)), imp)
+}

@@ -3,7 +3,6 @@ package nicaffinity
 import (
 	"context"
 	"encoding/json"
-	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,9 +11,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
-	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/placement"
-	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
 // Reserve picks the GPUs and NICs for the pod on the chosen node and holds
@@ -40,79 +37,32 @@ func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v
 		// gone, as Filter judged (the framework undoes this Reserve).
 		v = v.withOverlay(o)
 	}
+	// Decide: the plan, from the view alone (and, for a job's first pod,
+	// the cluster's room on each rail).
 	steps := placement.MaxCallSteps
-	li := v.BestLevel(&s.req, &steps)
-	if li < 0 {
-		li = len(topology.Levels) - 1 // preferred policy on a node that cannot align
-	}
+	li := placement.PlanLevel(&v.Node, &s.req, &steps)
 	req := s.req
 	if req.FollowRails && len(req.JobRails) == 0 {
 		// The job's first pod: its rails become the job's, so take those
 		// with the most room left for the others.
 		req.RailRoom = pl.cache.railRoom(li, req.GPUs)
 	}
-	gpus := v.Plan(&req, li)
-	if gpus.Count() < s.req.GPUs {
+	plan, ok := placement.PlanAt(&v.Node, &req, li, node)
+	if !ok {
 		return fwk.NewStatus(fwk.Unschedulable, "the GPUs planned here were taken by another pod in the meantime")
 	}
-	nics := v.NICsFor(&s.req, gpus)
-	var vfs map[int]map[string]int64
-	if len(s.req.VFs) > 0 {
-		vfs = map[int]map[string]int64{}
-	}
-	for _, vf := range s.req.VFs {
-		left := vf.Count
-		for _, n := range nics {
-			take := min(left, v.VFFree[vf.Resource][n])
-			if take > 0 {
-				if vfs[n] == nil {
-					vfs[n] = map[string]int64{}
-				}
-				vfs[n][vf.Resource] += take
-				left -= take
-			}
-		}
-	}
-	pl.cache.Reserve(node, pod.UID, gpus, vfs)
-	alloc := &annotations.Allocation{Node: node, NRTGeneration: v.C.Generation,
-		GPUs: make([]string, 0, s.req.GPUs), UUIDs: make([]string, 0, s.req.GPUs)}
-	if len(nics) > 0 {
-		alloc.NICs = make([]string, 0, len(nics))
-	}
-	worst := topology.LevelX
-	uuids := true
-	for g := range v.C.GPUs {
-		if gpus&(nrt.GPUSet(1)<<g) != 0 {
-			alloc.GPUs = append(alloc.GPUs, v.C.GPUs[g].BusID)
-			alloc.UUIDs = append(alloc.UUIDs, v.C.GPUs[g].UUID)
-			uuids = uuids && v.C.GPUs[g].UUID != ""
-			if s.req.RDMA {
-				worst = max(worst, v.C.BestLevel[g])
-			}
-		}
-	}
-	if !uuids {
-		alloc.UUIDs = nil // all or none: the object names GPUs by UUID only with NVML
-	}
-	for _, n := range nics {
-		alloc.NICs = append(alloc.NICs, v.C.NICs[n].Name)
-		if r := v.C.NICs[n].Rail; r != "" && !slices.Contains(alloc.Rails, r) {
-			alloc.Rails = append(alloc.Rails, r)
-		}
-	}
-	slices.Sort(alloc.Rails)
+	// Do: hold it, and record it where the next cycles read it.
+	pl.cache.Reserve(node, pod.UID, plan.GPUs, plan.VFs)
+	alloc := &plan.Allocation
 	if s.req.FollowRails {
 		// The job's next pods (the next members of a pod-group cycle
 		// too) place onto these rails; Unreserve takes them back.
 		pl.cache.jobs.add(s.req.Job, pod.UID, alloc.Rails)
 	}
-	if s.req.RDMA && worst <= topology.LevelSYS {
-		alloc.Level = worst.String()
-	}
 	s.planned = alloc
 	if s.req.RDMA {
 		// In a pod-group cycle, what ScorePlacement ranks placements by.
-		recordPlacement(cycle, pod.UID, worst <= s.req.MaxLevel, alloc.Rails)
+		recordPlacement(cycle, pod.UID, plan.Worst <= s.req.MaxLevel, alloc.Rails)
 	}
 	if logger := klog.FromContext(ctx).V(4); logger.Enabled() {
 		logger.Info("Reserved GPUs", "pod", klog.KObj(pod), "node", node, "gpus", alloc.GPUs, "nics", alloc.NICs, "level", alloc.Level)
