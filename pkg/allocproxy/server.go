@@ -951,7 +951,11 @@ func (p *Proxy) preferred(ctx context.Context, f *front, cr *pluginapi.Container
 		req := Request{Resource: f.resource, Kind: f.kind, Available: cr.AvailableDeviceIDs, MustInclude: cr.MustIncludeDeviceIDs, Size: int(cr.AllocationSize)}
 		cands := p.candidates(ctx, f.resource)
 		ch := Choose(req, cands, p.cfg.VFPF)
-		for wait := time.After(p.cfg.PlanWait); ch.Reason == ReasonNoPlan && ch.Pod == nil; {
+		// A request that finds no plan first, its own or not, looks again
+		// until PlanWait: a planned pod bound before it may not be in the
+		// informer yet, and an unplanned pod's devices must keep off that
+		// pod's plan too.
+		for wait := time.After(p.cfg.PlanWait); ch.Reason == ReasonNoPlan; {
 			select {
 			case <-wait:
 			case <-ctx.Done():
