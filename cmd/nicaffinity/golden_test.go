@@ -17,7 +17,7 @@ import (
 // against a file under testdata/golden. Run with -update only when a
 // change is meant to change them, and say so in the commit.
 func TestCLIGolden(t *testing.T) {
-	list, err := runCLI(t, "topo", "--list-profiles")
+	list, err := runCLI(t, "topo", "--list-machines")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,8 +28,10 @@ func TestCLIGolden(t *testing.T) {
 		cases = append(cases, []string{"topo", "--machine", m}, []string{"topo", "--machine", m, "-o", "json"},
 			[]string{"topo", "--dra", "--machine", m}, []string{"dra", "claims", "--machine", m})
 	}
-	for _, p := range strings.Fields(list) {
-		cases = append(cases, []string{"topo", "--profile", p})
+	for _, m := range strings.Fields(list) {
+		if p, ok := strings.CutPrefix(m, "profile/"); ok {
+			cases = append(cases, []string{"topo", "--profile", p})
+		}
 	}
 	if err := os.MkdirAll("testdata/golden", 0o755); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nicaffinity/nicaffinity/pkg/dra"
+	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/profiles"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
@@ -39,7 +40,9 @@ device of a node, in the layout of ` + "`nvidia-smi topo -m`" + `.
 By default it reads this host: the PCIe tree from /sys and GPU identity and
 NVLinks from NVML when a driver is loaded. --sysfs-root reads another tree as
 if it were /sys, --nccl-xml reads an NCCL topology XML (NCCL_TOPO_FILE), and
---profile shows one of the real machines bundled with nicaffinity.`,
+--machine shows a machine of nicaffinity's catalogue (--list-machines): a
+built-in shape, read through the sysfs reader, or profile/<name>, a bundled
+NCCL XML of a real machine (--profile <name> is the same).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.OutOrStdout(), nvmlgpu.New())
@@ -48,18 +51,19 @@ if it were /sys, --nccl-xml reads an NCCL topology XML (NCCL_TOPO_FILE), and
 	f := cmd.Flags()
 	f.StringVar(&o.sysfsRoot, "sysfs-root", "/sys", "read this directory as if it were /sys")
 	f.StringVar(&o.ncclXML, "nccl-xml", "", "read an NCCL topology XML file instead of the host")
-	f.StringVar(&o.profile, "profile", "", "show a bundled real machine (see --list-profiles)")
-	f.BoolVar(&o.list, "list-profiles", false, "list the bundled machines and exit")
+	f.StringVar(&o.profile, "profile", "", "the same as --machine profile/NAME")
+	f.BoolVar(&o.list, "list-machines", false, "list the machine catalogue (shapes, then profile/<name>) and exit")
+	f.BoolVar(&o.list, "list-profiles", false, "the same as --list-machines")
 	f.StringVar(&o.nvml, "nvml", "auto", "use NVML for GPU identity and NVLinks: auto (when a driver is there), on (fail without it), off")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
 	f.BoolVar(&o.dra, "dra", false, "say whether DRA's resource.kubernetes.io/pcieRoot aligns every GPU-NIC pair (PXB or closer), and list the pairs where it does not")
-	f.StringVar(&o.machine, "machine", "", "a built-in machine shape, as sysfs (for --dra): "+machineNames())
+	f.StringVar(&o.machine, "machine", "", "a machine of the catalogue (--list-machines): a built-in shape, read as sysfs, or profile/<name>")
 	return cmd
 }
 
 func (o *topoOptions) run(w io.Writer, nvml discovery.NVMLReader) error {
 	if o.list {
-		for _, n := range profiles.Names() {
+		for _, n := range machines.Names() {
 			fmt.Fprintln(w, n)
 		}
 		return nil
@@ -81,6 +85,10 @@ func (o *topoOptions) run(w io.Writer, nvml discovery.NVMLReader) error {
 		return printDRACheck(w, dra.CheckTopology(o.sourceName(), topo, topology.LevelP2C), o.output)
 	}
 	m := topo.Matrix()
+	if len(topo.GPUs) == 0 && o.output == "text" {
+		return fmt.Errorf("%s: no GPU found (%d RDMA NICs, %s), so there is no GPU-NIC matrix to show; --machine shows one of the catalogue (--list-machines)",
+			o.sourceName(), len(topo.NICs), nvmlState(topo))
+	}
 	if o.output == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -145,4 +153,12 @@ func countSet(values ...string) int {
 		}
 	}
 	return n
+}
+
+// nvmlState says what NVML contributed to a topology, for messages.
+func nvmlState(t *topology.Topology) string {
+	if t.NVML {
+		return "NVML read"
+	}
+	return "NVML not used: no driver, or --nvml off"
 }

@@ -136,18 +136,41 @@ func TestTopoErrors(t *testing.T) {
 	}
 }
 
-func TestTopoProfiles(t *testing.T) {
+// TestTopoCatalogue: one listing names every machine --machine takes (the
+// shapes, then the 13 bundled profiles as profile/<name>), and --profile
+// NAME is --machine profile/NAME.
+func TestTopoCatalogue(t *testing.T) {
 	out, err := runTopo(t, topoOptions{list: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	names := strings.Fields(out)
-	if len(names) != 13 {
-		t.Fatalf("want 13 bundled profiles, got %v", names)
-	}
+	profiles := 0
 	for _, n := range names {
-		if _, err := runTopo(t, topoOptions{profile: n}); err != nil {
-			t.Errorf("profile %s: %v", n, err)
+		byMachine, err := runTopo(t, topoOptions{machine: n})
+		if err != nil {
+			t.Errorf("--machine %s: %v", n, err)
 		}
+		if p, ok := strings.CutPrefix(n, "profile/"); ok {
+			profiles++
+			if byProfile, err := runTopo(t, topoOptions{profile: p}); err != nil || byProfile != byMachine {
+				t.Errorf("--profile %s differs from --machine %s (%v)", p, n, err)
+			}
+		}
+	}
+	if profiles != 13 || len(names) < 20 {
+		t.Fatalf("want the shapes and 13 bundled profiles, got %v", names)
+	}
+}
+
+// TestTopoNoGPU: a host without GPUs says what it found, not an empty matrix.
+func TestTopoNoGPU(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "bus", "pci", "devices"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := runTopo(t, topoOptions{sysfsRoot: root})
+	if err == nil || !strings.Contains(err.Error(), "no GPU found (0 RDMA NICs") {
+		t.Errorf("err = %v, want one saying no GPU was found", err)
 	}
 }

@@ -3,6 +3,7 @@ package doctor
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
@@ -36,6 +37,15 @@ func NewClients(cfg *rest.Config, kubeconfig string, timeout time.Duration) (Cli
 		rules.ExplicitPath = kubeconfig
 		var err error
 		if cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig(); err != nil {
+			if clientcmd.IsEmptyConfig(err) {
+				// client-go's own message suggests KUBERNETES_MASTER, which
+				// nothing here reads: name what was looked for instead.
+				where := rules.GetLoadingPrecedence()
+				if kubeconfig != "" {
+					where = []string{kubeconfig}
+				}
+				return Clients{}, fmt.Errorf("no kubeconfig: none at %s, and not running in a pod (pass --kubeconfig or set KUBECONFIG)", strings.Join(where, ", "))
+			}
 			return Clients{}, fmt.Errorf("kubeconfig: %w", err)
 		}
 	}
