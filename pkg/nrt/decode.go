@@ -53,7 +53,7 @@ func CheckQuantity(s string) error {
 // name and value length, and every quantity as a string before it parses
 // it: the work is bounded before it is done. runtime's reflective
 // converter cost ten times as much on the largest object the caps admit
-// (docs/bench/hostile-object.md); TestDecodeMatchesConverter holds the two
+// (measurements/hostile-object.md); TestDecodeMatchesConverter holds the two
 // equal on real objects.
 func Decode(u *unstructured.Unstructured) (*v1alpha2.NodeResourceTopology, error) {
 	obj := u.Object

@@ -139,7 +139,7 @@ func FuzzDecode(f *testing.F) {
 }
 
 // BenchmarkDecodeCompileLargest: what the largest admitted object costs the
-// scheduler on every update (docs/bench/hostile-object.md).
+// scheduler on every update (measurements/hostile-object.md).
 func BenchmarkDecodeCompileLargest(b *testing.B) {
 	u := unstructuredOf(b, nrttest.Largest("n"))
 	for b.Loop() {
@@ -291,7 +291,7 @@ func TestCompileSizeCaps(t *testing.T) {
 
 // BenchmarkDecodeCompileLargestConverter is the same object through
 // runtime's reflective converter instead of Decode: the A/B that keeps the
-// hand decoder (docs/bench/hostile-object.md).
+// hand decoder (measurements/hostile-object.md).
 func BenchmarkDecodeCompileLargestConverter(b *testing.B) {
 	u := unstructuredOf(b, nrttest.Largest("n"))
 	for b.Loop() {

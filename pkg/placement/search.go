@@ -32,7 +32,7 @@ const maxMasks = nrt.MaxNICs
 // hostile object with dozens of distinct masks and a pod asking for many
 // VFs would need millions. Past the budget the node counts as not fitting
 // (Filter) or as not reaching the remaining levels (Score). Its cost is in
-// docs/bench/hostile-object.md.
+// measurements/hostile-object.md.
 const MaxCallSteps = 10_000
 
 // Feasible reports whether some set of req.gpus free GPUs each has a usable

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -222,4 +223,55 @@ func directImport(t *testing.T, pkg, imp string) bool {
 		t.Fatalf("go list %s: %v", pkg, err)
 	}
 	return slices.Contains(strings.Fields(string(out)), imp)
+}
+
+// maxDatesPerPage: a page of docs/ says what is true now, each current
+// figure once in a table row with its date; more dates than this is a run
+// log, which belongs in commit messages and measurements/.
+const maxDatesPerPage = 6
+
+// date is a date in prose (not part of a record's name, such as
+// measurements/demo-2026-12-07).
+var date = regexp.MustCompile(`(^|[^-\w/])20\d\d-\d\d-\d\d`)
+
+// measurementRef is a reference to a record.
+var measurementRef = regexp.MustCompile(`measurements/[A-Za-z0-9._-]+`)
+
+// TestDocsAreReference: no page of docs/ is a run log, every record the
+// docs and the README cite exists, and measurements/README.md indexes
+// every record.
+func TestDocsAreReference(t *testing.T) {
+	pages, err := filepath.Glob("../../docs/*.md")
+	if err != nil || len(pages) < 10 {
+		t.Fatalf("docs pages: %v %v", pages, err)
+	}
+	sub, _ := filepath.Glob("../../docs/*/*.md")
+	for _, p := range append(append(pages, sub...), "../../README.md") {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(date.FindAll(b, -1)); n > maxDatesPerPage {
+			t.Errorf("%s has %d dates: a run log? (at most %d; keep records in measurements/)", p, n, maxDatesPerPage)
+		}
+		for _, ref := range measurementRef.FindAll(b, -1) {
+			name := strings.TrimRight(string(ref), ".")
+			if _, err := os.Stat(filepath.Join("../..", name)); err != nil {
+				t.Errorf("%s cites %s, which does not exist", p, name)
+			}
+		}
+	}
+	index, err := os.ReadFile("../../measurements/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir("../../measurements")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != "README.md" && !strings.Contains(string(index), "("+e.Name()) {
+			t.Errorf("measurements/README.md does not index %s", e.Name())
+		}
+	}
 }

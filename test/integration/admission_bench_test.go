@@ -17,7 +17,7 @@ import (
 )
 
 // BenchmarkStatusWrite is what nicaffinity-pod-outputs costs a kubelet's
-// status write (docs/bench/status-write-cel.md): the same pods/status
+// status write (measurements/status-write-cel.md): the same pods/status
 // patch by the kubelet's identity, with the shipped policies installed,
 // on a pod without nicaffinity's outputs (matchConditions skip it) and on
 // a pod with a plan and observed (every expression runs). The difference

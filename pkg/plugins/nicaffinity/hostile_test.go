@@ -134,7 +134,7 @@ func TestCompileCaps(t *testing.T) {
 
 // BenchmarkFilterHostile and BenchmarkScoreHostile: one call on the
 // worst object Compile admits, which spends the whole budget
-// (docs/bench/hostile-object.md).
+// (measurements/hostile-object.md).
 func BenchmarkFilterHostile(b *testing.B) {
 	pl, _ := newTestPlugin(b, nil, hostileNRT("evil"))
 	pod := hostileRequest(annotations.PolicyRequired)
