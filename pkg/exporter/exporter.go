@@ -34,7 +34,6 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/podresources"
-	"github.com/nicaffinity/nicaffinity/pkg/request"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -580,8 +579,7 @@ func (e *Exporter) verifyPods(ctx context.Context, snap devices.Snapshot, cl cla
 			continue // the informer has not seen it yet; the next sync will
 		}
 		dev := cl.byPod[p.Namespace+"/"+p.Name]
-		view := PodView{Namespace: p.Namespace, Name: p.Name, Devices: p.Devices, Claimed: dev.PCI, Annotations: pod.Annotations}
-		view.NCCLLevel, view.NCCL, _ = request.NCCLLevel(pod)
+		view := PodView{Namespace: p.Namespace, Name: p.Name, Devices: p.Devices, Claimed: dev.PCI, Annotations: pod.Annotations, Pod: pod}
 		verdict, ok := v.Verify(view)
 		verdict.Problems = append(verdict.Problems, dev.Problems...)
 		if !ok {

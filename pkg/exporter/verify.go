@@ -6,9 +6,13 @@ import (
 	"sort"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/request"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -20,10 +24,18 @@ type PodView struct {
 	Devices         []devices.Device
 	Claimed         []string
 	Annotations     map[string]string
-	// NCCL is the pod's own NCCL environment that moves its cut-off
-	// (request.NCCLLevel), "" when none does; NCCLLevel is that cut-off.
-	NCCL      string
-	NCCLLevel topology.Level
+	// Pod is the pod object, read through pkg/request as the scheduler
+	// reads it (its level, and whether it says it needs a NIC); nil reads
+	// a pod of Annotations alone.
+	Pod *corev1.Pod
+}
+
+// pod is the pod request reads.
+func (p PodView) pod() *corev1.Pod {
+	if p.Pod != nil {
+		return p.Pod
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, Annotations: p.Annotations}}
 }
 
 // Verdict is the outcome of verifying one pod.
@@ -110,7 +122,7 @@ type holdings struct {
 
 // held reads a pod's devices (device plugin resources, then DRA claims).
 func (v *Verifier) held(p PodView) holdings {
-	h := holdings{candidates: map[int]bool{}, rdma: p.Annotations[annotations.RDMA] == "true"}
+	h := holdings{candidates: map[int]bool{}, rdma: request.RDMAAnnotated(p.pod())}
 	for _, d := range p.Devices {
 		switch {
 		case d.Resource == v.Resources.GPU:
@@ -159,21 +171,15 @@ func (v *Verifier) sharedRDMA(candidates map[int]bool) {
 	}
 }
 
-// podMaxLevel is the level the pod accepts, and the problem with its
-// annotation if it has a bad one (the default applies then).
-func (v *Verifier) podMaxLevel(p PodView) (maxLevel topology.Level, problem string) {
-	maxLevel = v.MaxLevel
-	if s, ok := p.Annotations[annotations.MaxLevel]; ok {
-		if l, err := annotations.ParseMaxLevel(s); err == nil {
-			maxLevel = l
-		} else {
-			problem = err.Error()
-		}
+// podMaxLevel is the level the pod accepts (request.MaxLevelOf, as the
+// scheduler reads it), and the problem with its annotation if it has a bad
+// one (the default applies then).
+func (v *Verifier) podMaxLevel(p PodView) (topology.Level, string) {
+	l, _, err := request.MaxLevelOf(p.pod(), v.MaxLevel)
+	if err != nil {
+		return l, err.Error()
 	}
-	if p.NCCL != "" {
-		maxLevel = p.NCCLLevel // NCCL is what runs: its environment wins
-	}
-	return maxLevel, problem
+	return l, ""
 }
 
 // observe finds, for each GPU the pod holds, its nearest usable NIC among

@@ -1,6 +1,8 @@
 package exporter
 
 import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"strings"
 	"testing"
 
@@ -50,6 +52,13 @@ func TestVerifyPieces(t *testing.T) {
 	}
 	if l, p := v.podMaxLevel(PodView{Annotations: map[string]string{annotations.MaxLevel: "NEAR"}}); l != topology.LevelPXB || !strings.Contains(p, "max-level") {
 		t.Errorf("a bad max-level: %v %q, want the default and the problem", l, p)
+	}
+	// The pod's own NCCL environment wins over its annotation, as the
+	// scheduler reads it (pkg/request).
+	nccl := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{annotations.MaxLevel: "PIX"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Env: []corev1.EnvVar{{Name: "NCCL_NET_GDR_LEVEL", Value: "SYS"}}}}}}
+	if l, p := v.podMaxLevel(PodView{Pod: nccl}); l != topology.LevelSYS || p != "" {
+		t.Errorf("NCCL_NET_GDR_LEVEL=SYS over max-level PIX: %v %q, want SYS", l, p)
 	}
 	o, worst, _ := v.observe(holdings{gpus: []int{0}, candidates: pool, rdma: true})
 	if len(o.GPUs) != 1 || o.GPUs[0].NIC == "" || worst > topology.LevelSYS {

@@ -159,21 +159,14 @@ func Read(pod *v1.Pod, c Config) (r Request, ok bool, err error) {
 			r.RDMA = true
 		}
 	}
-	if pod.Annotations[annotations.RDMA] == "true" {
+	if RDMAAnnotated(pod) {
 		r.RDMA = true
 	}
-	if s, ok := pod.Annotations[annotations.MaxLevel]; ok {
-		l, err := annotations.ParseMaxLevel(s)
-		if err != nil {
-			return Request{}, false, err
-		}
-		r.MaxLevel = l
+	if r.MaxLevel, r.NCCL, err = MaxLevelOf(pod, c.MaxLevel); err != nil {
+		return Request{}, false, err
 	}
 	if r.Job, err = JobOf(pod, c.JobLabels); err != nil {
 		return Request{}, false, err
-	}
-	if l, src, ok := NCCLLevel(pod); ok {
-		r.MaxLevel, r.NCCL = l, src
 	}
 	r.Rails = annotations.PolicyPreferred
 	if s, ok := pod.Annotations[annotations.Rails]; ok {
@@ -191,6 +184,27 @@ func Read(pod *v1.Pod, c Config) (r Request, ok bool, err error) {
 	// Map order is random; plans and signatures must not be.
 	slices.SortFunc(r.VFs, func(a, b VF) int { return strings.Compare(a.Resource, b.Resource) })
 	return r, true, nil
+}
+
+// RDMAAnnotated: the pod says it needs a NIC (nicaffinity.io/rdma: "true")
+// whatever it requests.
+func RDMAAnnotated(pod *v1.Pod) bool { return pod.Annotations[annotations.RDMA] == "true" }
+
+// MaxLevelOf is the worst level the pod accepts: its own NCCL environment
+// where it sets the cut-off (NCCL is what runs, so it wins; nccl names
+// it), else its nicaffinity.io/max-level, else def. err is a bad
+// annotation.
+func MaxLevelOf(pod *v1.Pod, def topology.Level) (level topology.Level, nccl string, err error) {
+	level = def
+	if s, ok := pod.Annotations[annotations.MaxLevel]; ok {
+		if level, err = annotations.ParseMaxLevel(s); err != nil {
+			return def, "", err
+		}
+	}
+	if l, src, ok := NCCLLevel(pod); ok {
+		level, nccl = l, src
+	}
+	return level, nccl, nil
 }
 
 // requested is a pod's request of one resource.
