@@ -103,8 +103,17 @@ type nodeEntry struct {
 	// the view agree in between. They bridge the object of version rv
 	// only: set drops them with any newer version.
 	released map[types.UID]reservation
-	// expires is when the oldest reservation or release runs out (zero:
-	// none), kept by rebuild so the sweep checks one time per node.
+	// foreign are the pods another scheduler bound here that take GPUs and
+	// that no object since counted, by pod, with when this scheduler saw
+	// them bound and their namespace/name: which GPUs the kubelet hands
+	// them nobody here can know until the exporter says, so a plan made
+	// now may name them (docs/scheduler.md, Two schedulers on one node).
+	// They go when an object counts them, when they end, or after the
+	// reservation timeout.
+	foreign map[types.UID]foreignPod
+	// expires is when the oldest reservation, release or foreign pod runs
+	// out (zero: none), kept by rebuild so the sweep checks one time per
+	// node.
 	expires time.Time
 	// view is the published view, counted in the spread.
 	view *nodeView
@@ -219,6 +228,12 @@ func (c *Cache) expireDue() {
 				delete(e.released, uid)
 			}
 		}
+		for uid, f := range e.foreign {
+			if now.Sub(f.at) > c.timeout {
+				klog.InfoS("No NodeResourceTopology counted another scheduler's pod; planning on this node again", "node", node, "pod", f.key, "age", now.Sub(f.at))
+				delete(e.foreign, uid)
+			}
+		}
 		c.rebuild(node)
 	}
 }
@@ -246,6 +261,41 @@ func (c *Cache) outdated(e *nodeEntry, now time.Time) string {
 // most every 10 s.
 func sweepInterval(timeout time.Duration) time.Duration {
 	return max(time.Second, min(10*time.Second, timeout/10))
+}
+
+// foreignPod is a pod of another scheduler waiting to be counted.
+type foreignPod struct {
+	key string
+	at  time.Time
+}
+
+// awaitForeign notes that another scheduler bound pod (key
+// namespace/name) to node with GPUs, and the node's object does not count
+// it yet.
+func (c *Cache) awaitForeign(node string, pod types.UID, key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entry(node)
+	if _, ok := e.foreign[pod]; ok {
+		return
+	}
+	if e.foreign == nil {
+		e.foreign = map[types.UID]foreignPod{}
+	}
+	e.foreign[pod] = foreignPod{key: key, at: c.now()}
+	c.rebuild(node)
+}
+
+// forgetForeign drops a foreign pod that ended or went.
+func (c *Cache) forgetForeign(node string, pod types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.nodes[node]; e != nil {
+		if _, ok := e.foreign[pod]; ok {
+			delete(e.foreign, pod)
+			c.rebuild(node)
+		}
+	}
 }
 
 // set stores a (re)compiled object of resourceVersion rv, or why it could
@@ -287,6 +337,11 @@ func (c *Cache) dropCounted(e *nodeEntry, counted map[types.UID]bool) {
 		if counted[uid] {
 			delete(e.reserved, uid)
 			delete(c.podNode, uid)
+		}
+	}
+	for uid := range e.foreign {
+		if counted[uid] {
+			delete(e.foreign, uid)
 		}
 	}
 }
@@ -378,6 +433,11 @@ func (c *Cache) rebuild(node string) {
 			}
 		}
 	}
+	for _, f := range e.foreign {
+		if at := f.at.Add(c.timeout); e.expires.IsZero() || at.Before(e.expires) {
+			e.expires = at
+		}
+	}
 	v := &nodeView{}
 	switch {
 	case e.outdated != "":
@@ -458,6 +518,11 @@ func (c *Cache) compose(e *nodeEntry) *nodeView {
 			}
 		}
 	}
+	for _, f := range e.foreign {
+		if v.foreign == "" || f.key < v.foreign {
+			v.foreign = f.key // the first by name: views of one state say the same
+		}
+	}
 	if c.scoring != nil {
 		c.scoring.precompute(v)
 	}
@@ -533,7 +598,7 @@ func (c *Cache) reserving(node string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.nodes[node]
-	return ok && len(e.reserved)+len(e.released) > 0
+	return ok && len(e.reserved)+len(e.released)+len(e.foreign) > 0
 }
 
 // confirm drops the reservations of the pods in counted when node's
@@ -544,11 +609,11 @@ func (c *Cache) confirm(node, fingerprint string, counted map[types.UID]bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.nodes[node]
-	if !ok || e.compiled == nil || len(e.reserved)+len(e.released) == 0 || e.compiled.Fingerprint == "" || e.compiled.Fingerprint != fingerprint {
+	if !ok || e.compiled == nil || len(e.reserved)+len(e.released)+len(e.foreign) == 0 || e.compiled.Fingerprint == "" || e.compiled.Fingerprint != fingerprint {
 		return
 	}
-	n := len(e.reserved) + len(e.released)
-	if c.dropCounted(e, counted); len(e.reserved)+len(e.released) != n {
+	n := len(e.reserved) + len(e.released) + len(e.foreign)
+	if c.dropCounted(e, counted); len(e.reserved)+len(e.released)+len(e.foreign) != n {
 		c.rebuild(node)
 	}
 }

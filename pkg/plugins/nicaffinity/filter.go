@@ -2,6 +2,7 @@ package nicaffinity
 
 import (
 	"context"
+	"fmt"
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -47,6 +48,13 @@ func (pl *NICAffinity) filterNode(s *preFilterState, node string) *fwk.Status {
 	if v.stale && pl.args.StaleTopology == StaleReject {
 		pl.cache.metrics.reject(reasonLagging)
 		return fwk.NewStatus(fwk.Unschedulable, "NodeResourceTopology has not caught up with pods placed on this node yet")
+	}
+	if v.foreign != "" {
+		// Another scheduler's pod takes GPUs here that the object does
+		// not show yet: a plan now could name them. The next object
+		// requeues the pod (EventsToRegister).
+		pl.cache.metrics.reject(reasonLagging)
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("NodeResourceTopology has not counted the GPUs of %s (another scheduler's pod) yet", v.foreign))
 	}
 	steps := placement.MaxCallSteps
 	return pl.filterView(v, req, &steps)

@@ -75,7 +75,7 @@ func newInformerFeed(ctx context.Context, h fwk.Handle, cfg storeConfig, reader 
 		// Plans outlive the scheduler that made them: a restarted scheduler,
 		// or another replica, holds what bound pods were planned to get
 		// until the node's object counts them.
-		AddFunc:    func(obj interface{}) { f.adoptPlan(obj); f.recheck(obj) },
+		AddFunc:    func(obj interface{}) { f.adoptPlan(obj); f.foreignBound(obj); f.recheck(obj) },
 		UpdateFunc: f.podUpdated,
 		DeleteFunc: f.podDeleted,
 	}); err != nil {
@@ -230,10 +230,32 @@ func (f *informerFeed) adoptPlan(obj interface{}) {
 	}
 }
 
+// foreignBound notes a live pod that another scheduler bound to a node
+// with GPUs, unless the node's object already counts it (the object's pod
+// fingerprint is that of the node's pods as this scheduler sees them).
+func (f *informerFeed) foreignBound(obj interface{}) {
+	p, ok := obj.(*v1.Pod)
+	if !ok || p.Spec.NodeName == "" || p.Spec.SchedulerName == f.schedulerName || p.DeletionTimestamp != nil || podutil.IsPodTerminal(p) {
+		return
+	}
+	if q := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})[v1.ResourceName(f.c.gpuResource)]; q.Value() <= 0 {
+		return
+	}
+	if fp := f.c.compiledFingerprint(p.Spec.NodeName); fp != "" {
+		if now, _ := f.podsOn(p.Spec.NodeName); now == fp {
+			return
+		}
+	}
+	f.c.awaitForeign(p.Spec.NodeName, p.UID, p.Namespace+"/"+p.Name)
+}
+
 // podUpdated takes a pod update: a plan to adopt, a pod that ended, an
 // object to confirm.
 func (f *informerFeed) podUpdated(old, obj interface{}) {
 	f.adoptPlan(obj)
+	if o := asPod(old); o != nil && o.Spec.NodeName == "" {
+		f.foreignBound(obj) // only at binding: status updates follow by the thousand
+	}
 	if o, n := asPod(old), asPod(obj); o != nil && n != nil && !podutil.IsPodTerminal(o) && podutil.IsPodTerminal(n) {
 		f.podEnded(n)
 		return
@@ -249,6 +271,7 @@ func (f *informerFeed) podDeleted(obj interface{}) {
 		return
 	}
 	f.c.forgetPod(p.UID)
+	f.c.forgetForeign(p.Spec.NodeName, p.UID)
 	if podutil.IsPodTerminal(p) {
 		f.recheck(p)
 		return
@@ -273,6 +296,7 @@ func asPod(obj interface{}) *v1.Pod {
 // is released: a plan is no proof of what the kubelet handed out.
 func (f *informerFeed) podEnded(p *v1.Pod) {
 	node := p.Spec.NodeName
+	f.c.forgetForeign(node, p.UID)
 	if node == "" || f.pods == nil {
 		return
 	}

@@ -24,6 +24,10 @@ type nodeView struct {
 	state string
 	// stale is set while the object does not count every pod placed here.
 	stale bool
+	// foreign names a pod another scheduler bound here with GPUs that the
+	// object does not count yet ("" for none): which GPUs it gets is
+	// unknown, so required RDMA pods wait for the object.
+	foreign string
 	// answers[g] are Filter's and Score's answers for a common request of
 	// g GPUs (0 < g < answered), computed once when the view is built: most
 	// pods ask the same few things of a node that changes far less often

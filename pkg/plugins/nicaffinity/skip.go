@@ -63,7 +63,7 @@ type skipCounts struct {
 // safe: Filter on v, or on v with any GPUs freed, passes a common RDMA
 // request exactly when the view has that many free GPUs.
 func (sc *skipCounts) safe(v *nodeView) bool {
-	return v.C != nil && !(v.stale && sc.staleRejects) && v.C.Healthy&^v.C.AnyNear[sc.li] == 0
+	return v.C != nil && !(v.stale && sc.staleRejects) && v.foreign == "" && v.C.Healthy&^v.C.AnyNear[sc.li] == 0
 }
 
 // replace moves a node's count from its old view to its new one (either
