@@ -31,22 +31,11 @@ func Why(ctx context.Context, c doctor.Clients, namespace, name string, o doctor
 	if err != nil {
 		return "", err
 	}
-	var b strings.Builder
 	p := s.Pod
 	if p.Spec.NodeName != "" {
-		fmt.Fprintf(&b, "%s/%s runs on %s.\n", namespace, name, p.Spec.NodeName)
-		r := doctor.Pod(s, o)
-		for _, ch := range r.Checks {
-			if ch.Layer == doctor.LayerPermissions || ch.Status == doctor.Skipped {
-				continue
-			}
-			fmt.Fprintf(&b, "  %s: %s\n", ch.Name, ch.Detail)
-			if ch.Fix != "" && (ch.Status == doctor.Fail || ch.Status == doctor.Warn) {
-				fmt.Fprintf(&b, "    fix: %s\n", ch.Fix)
-			}
-		}
-		return b.String(), nil
+		return whyPlaced(s, o), nil
 	}
+	var b strings.Builder
 	fmt.Fprintf(&b, "%s/%s is Pending.\n", namespace, name)
 	events, err := c.Kube.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.SelectorFromSet(fields.Set{"involvedObject.name": name}).String()})
 	if err != nil {
@@ -114,6 +103,25 @@ func Why(ctx context.Context, c doctor.Clients, namespace, name string, o doctor
 		b.WriteString("(no NodeResourceTopology objects: is the exporter running? nicaffinity doctor cluster)\n")
 	}
 	return b.String(), nil
+}
+
+// whyPlaced explains a placed pod: its plan against what it got (doctor's
+// pod checks), and the NICs to use.
+func whyPlaced(s doctor.PodState, o doctor.ClusterOptions) string {
+	var b strings.Builder
+	p := s.Pod
+	fmt.Fprintf(&b, "%s/%s runs on %s.\n", p.Namespace, p.Name, p.Spec.NodeName)
+	r := doctor.Pod(s, o)
+	for _, ch := range r.Checks {
+		if ch.Layer == doctor.LayerPermissions || ch.Status == doctor.Skipped {
+			continue
+		}
+		fmt.Fprintf(&b, "  %s: %s\n", ch.Name, ch.Detail)
+		if ch.Fix != "" && (ch.Status == doctor.Fail || ch.Status == doctor.Warn) {
+			fmt.Fprintf(&b, "    fix: %s\n", ch.Fix)
+		}
+	}
+	return b.String()
 }
 
 // NodeVerdict is what the placement core decides for req on a node as its

@@ -59,45 +59,10 @@ func newInformerFeed(ctx context.Context, h fwk.Handle, cfg storeConfig, reader 
 	}
 	c := newCache(cfg)
 	f := &informerFeed{c: c, schedulerName: h.ProfileName(), reader: reader}
-	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()
-	// The fingerprint check lists the pods of one node; an index keeps it
-	// O(pods on the node). If the informer already runs, fall back to a scan.
-	if err := podInformer.AddIndexers(cache.Indexers{nodeNameIndex: func(obj interface{}) ([]string, error) {
-		if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" {
-			return []string{p.Spec.NodeName}, nil
-		}
-		return nil, nil
-	}}); err != nil {
-		klog.FromContext(ctx).Info("Pod informer already started; fingerprint checks will scan all pods", "err", err)
-	}
-	f.pods = podInformer.GetIndexer()
-	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		// Plans outlive the scheduler that made them: a restarted scheduler,
-		// or another replica, holds what bound pods were planned to get
-		// until the node's object counts them.
-		AddFunc:    func(obj interface{}) { f.adoptPlan(obj); f.foreignBound(obj); f.recheck(obj) },
-		UpdateFunc: f.podUpdated,
-		DeleteFunc: f.podDeleted,
-	}); err != nil {
+	if err := f.watchPods(ctx, h); err != nil {
 		return nil, err
 	}
-	if _, err := h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		// Which nodes have GPUs decides whether Filter may be skipped
-		// (skip.go). A node that joins or leaves makes a new snapshot
-		// node list, which the skip checks anew anyway.
-		UpdateFunc: func(old, obj any) {
-			o, _ := old.(*v1.Node)
-			n, _ := obj.(*v1.Node)
-			if gpusChanged(o, n, cfg.gpuResource) {
-				c.nodesChanged()
-			}
-		},
-		DeleteFunc: func(obj interface{}) {
-			if n, ok := deletedObject(obj).(*v1.Node); ok {
-				c.remove(n.Name)
-			}
-		},
-	}); err != nil {
+	if err := f.watchNodes(h, cfg.gpuResource); err != nil {
 		return nil, err
 	}
 
@@ -133,6 +98,59 @@ func newInformerFeed(ctx context.Context, h fwk.Handle, cfg storeConfig, reader 
 		}
 	}()
 	return f, nil
+}
+
+// watchPods feeds the cache from the scheduler's pod informer: plans to
+// adopt, other schedulers' GPU pods, pods that end, objects to confirm.
+func (f *informerFeed) watchPods(ctx context.Context, h fwk.Handle) error {
+	podInformer := h.SharedInformerFactory().Core().V1().Pods().Informer()
+	// The fingerprint check lists the pods of one node; an index keeps it
+	// O(pods on the node). If the informer already runs, fall back to a scan.
+	if err := podInformer.AddIndexers(cache.Indexers{nodeNameIndex: func(obj interface{}) ([]string, error) {
+		if p, ok := obj.(*v1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		klog.FromContext(ctx).Info("Pod informer already started; fingerprint checks will scan all pods", "err", err)
+	}
+	f.pods = podInformer.GetIndexer()
+	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		// Plans outlive the scheduler that made them: a restarted scheduler,
+		// or another replica, holds what bound pods were planned to get
+		// until the node's object counts them.
+		AddFunc:    func(obj interface{}) { f.adoptPlan(obj); f.foreignBound(obj); f.recheck(obj) },
+		UpdateFunc: f.podUpdated,
+		DeleteFunc: f.podDeleted,
+	}); err != nil {
+		return err
+	}
+	return nil
+}
+
+// watchNodes feeds the cache from the scheduler's node informer.
+func (f *informerFeed) watchNodes(h fwk.Handle, gpuResource string) error {
+	c := f.c
+	if _, err := h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		// Which nodes have GPUs decides whether Filter may be skipped
+		// (skip.go). A node that joins or leaves makes a new snapshot
+		// node list, which the skip checks anew anyway.
+		UpdateFunc: func(old, obj any) {
+			o, _ := old.(*v1.Node)
+			n, _ := obj.(*v1.Node)
+			if gpusChanged(o, n, gpuResource) {
+				c.nodesChanged()
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			if n, ok := deletedObject(obj).(*v1.Node); ok {
+				c.remove(n.Name)
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	return nil
 }
 
 // gpusChanged: a Node's allocatable GPUs differ between two versions (or
