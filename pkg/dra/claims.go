@@ -104,6 +104,56 @@ func EffectiveLevel(machines []Machine, level topology.Level) topology.Level {
 // so). The request must fit at least one machine; those it does not fit are
 // noted.
 func BuildClaimsFor(machines []Machine, o ClaimOptions) (Claims, error) {
+	o, err := o.defaulted(machines)
+	if err != nil {
+		return Claims{}, err
+	}
+	if o.SharedNICs || o.NoNIC {
+		return buildSelector(machines, o)
+	}
+	out := Claims{Method: MethodPCIeRoot}
+	checks := make([]Check, len(machines))
+	for i, m := range machines {
+		if err := hasPF(m); err != nil {
+			return Claims{}, err
+		}
+		checks[i] = CheckTopology(m.Name, m.Topology, o.MaxLevel)
+		if !checks[i].Known {
+			return Claims{}, fmt.Errorf("machine %s: %s", m.Name, checks[i].Why)
+		}
+		if !checks[i].Enough {
+			if !o.Derived {
+				return Claims{}, fmt.Errorf("on %s pcieRoot is not enough (%s): allow a derived attribute (--derived, needs the DRADerivedAttributes feature gate) or pick another shape",
+					m.Name, checks[i].shortfall())
+			}
+			out.Method = MethodDerived
+			out.Notes = append(out.Notes, fmt.Sprintf("pcieRoot is not enough on %s: %s; the template maps each device's %s to its alignment group with a derived attribute (%s), which needs the DRADerivedAttributes feature gate (alpha in Kubernetes 1.37) on the apiserver and the scheduler",
+				m.Name, checks[i].shortfall(), AttrPCIBusID, SwitchAttr))
+		}
+	}
+	units, l, err := machineUnits(machines, checks, out.Method, o.MaxLevel)
+	if err != nil {
+		return Claims{}, err
+	}
+	notes, err := fitsSome(machines, units, o)
+	if err != nil {
+		return Claims{}, err
+	}
+	out.Notes = append(out.Notes, notes...)
+	var derived []resourcev1.DeviceDerivedAttribute
+	if out.Method == MethodDerived {
+		derived = []resourcev1.DeviceDerivedAttribute{{Name: SwitchAttr, Expression: l.expression()}}
+	}
+	out.Template = &resourcev1.ResourceClaimTemplate{
+		TypeMeta:   metav1.TypeMeta{APIVersion: resourcev1.SchemeGroupVersion.String(), Kind: "ResourceClaimTemplate"},
+		ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
+		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: PairSpec(o, derived)},
+	}
+	return out, nil
+}
+
+// defaulted fills o's defaults for machines and checks the request.
+func (o ClaimOptions) defaulted(machines []Machine) (ClaimOptions, error) {
 	if o.GPUsPerNIC == 0 {
 		o.GPUsPerNIC = 1
 	}
@@ -119,87 +169,62 @@ func BuildClaimsFor(machines []Machine, o ClaimOptions) (Claims, error) {
 	}
 	switch {
 	case len(machines) == 0:
-		return Claims{}, fmt.Errorf("no machine to build a template for")
+		return o, fmt.Errorf("no machine to build a template for")
 	case o.GPUs <= 0:
-		return Claims{}, fmt.Errorf("--gpus %d: want at least 1", o.GPUs)
+		return o, fmt.Errorf("--gpus %d: want at least 1", o.GPUs)
 	case o.GPUsPerNIC < 1:
-		return Claims{}, fmt.Errorf("--gpus-per-nic %d: want at least 1", o.GPUsPerNIC)
+		return o, fmt.Errorf("--gpus-per-nic %d: want at least 1", o.GPUsPerNIC)
 	case o.GPUs%o.GPUsPerNIC != 0:
-		return Claims{}, fmt.Errorf("--gpus %d is not a multiple of --gpus-per-nic %d", o.GPUs, o.GPUsPerNIC)
+		return o, fmt.Errorf("--gpus %d is not a multiple of --gpus-per-nic %d", o.GPUs, o.GPUsPerNIC)
 	}
-	if o.SharedNICs || o.NoNIC {
-		return buildSelector(machines, o)
-	}
-	out := Claims{Method: MethodPCIeRoot}
-	checks := make([]Check, len(machines))
-	var derivedFor []string
-	for i, m := range machines {
-		if err := hasPF(m); err != nil {
-			return Claims{}, err
-		}
-		checks[i] = CheckTopology(m.Name, m.Topology, o.MaxLevel)
-		if !checks[i].Known {
-			return Claims{}, fmt.Errorf("machine %s: %s", m.Name, checks[i].Why)
-		}
-		if !checks[i].Enough {
-			if !o.Derived {
-				return Claims{}, fmt.Errorf("on %s pcieRoot is not enough (%s): allow a derived attribute (--derived, needs the DRADerivedAttributes feature gate) or pick another shape",
-					m.Name, checks[i].shortfall())
-			}
-			out.Method = MethodDerived
-			derivedFor = append(derivedFor, m.Name)
-			out.Notes = append(out.Notes, fmt.Sprintf("pcieRoot is not enough on %s: %s; the template maps each device's %s to its alignment group with a derived attribute (%s), which needs the DRADerivedAttributes feature gate (alpha in Kubernetes 1.37) on the apiserver and the scheduler",
-				m.Name, checks[i].shortfall(), AttrPCIBusID, SwitchAttr))
-		}
-	}
+	return o, nil
+}
 
+// machineUnits are each machine's aligned units: its pcieRoots, or with
+// the derived method the labeler's alignment groups.
+func machineUnits(machines []Machine, checks []Check, method string, maxLevel topology.Level) ([][]unit, labeler, error) {
 	units := make([][]unit, len(machines))
 	var l labeler
-	if out.Method == MethodPCIeRoot {
+	if method == MethodPCIeRoot {
 		for i, m := range machines {
 			units[i] = rootUnits(m.Topology)
 		}
-	} else {
-		var err error
-		if l, err = newLabeler(machines, checks, o.MaxLevel); err != nil {
-			return Claims{}, err
-		}
-		for i, m := range machines {
-			if units[i], err = l.units(m, o.MaxLevel); err != nil {
-				return Claims{}, err
-			}
+		return units, l, nil
+	}
+	l, err := newLabeler(machines, checks, maxLevel)
+	if err != nil {
+		return nil, l, err
+	}
+	for i, m := range machines {
+		if units[i], err = l.units(m, maxLevel); err != nil {
+			return nil, l, err
 		}
 	}
+	return units, l, nil
+}
 
-	// The request must fit one machine; a single machine's errors say why
-	// it does not, several machines' are noted.
+// fitsSome checks that the request fits one machine at least: a single
+// machine's error says why it does not; with several, those it does not
+// fit are notes.
+func fitsSome(machines []Machine, units [][]unit, o ClaimOptions) ([]string, error) {
 	groups := o.GPUs / o.GPUsPerNIC
 	var misfits []string
 	for i, m := range machines {
 		if err := fits(m, units[i], o, groups); err != nil {
 			if len(machines) == 1 {
-				return Claims{}, err
+				return nil, err
 			}
 			misfits = append(misfits, err.Error())
 		}
 	}
 	if len(misfits) == len(machines) {
-		return Claims{}, fmt.Errorf("the request fits none of the machines: %s", strings.Join(misfits, "; "))
+		return nil, fmt.Errorf("the request fits none of the machines: %s", strings.Join(misfits, "; "))
 	}
+	var notes []string
 	for _, m := range misfits {
-		out.Notes = append(out.Notes, "pods of this template cannot run on every machine: "+m)
+		notes = append(notes, "pods of this template cannot run on every machine: "+m)
 	}
-
-	var derived []resourcev1.DeviceDerivedAttribute
-	if out.Method == MethodDerived {
-		derived = []resourcev1.DeviceDerivedAttribute{{Name: SwitchAttr, Expression: l.expression()}}
-	}
-	out.Template = &resourcev1.ResourceClaimTemplate{
-		TypeMeta:   metav1.TypeMeta{APIVersion: resourcev1.SchemeGroupVersion.String(), Kind: "ResourceClaimTemplate"},
-		ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
-		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: PairSpec(o, derived)},
-	}
-	return out, nil
+	return notes, nil
 }
 
 // PairSpec is the claim's structure: per group a request of GPUsPerNIC
