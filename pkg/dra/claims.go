@@ -608,8 +608,21 @@ func buildSelector(machines []Machine, o ClaimOptions) (Claims, error) {
 		out.Notes = append(out.Notes, "pods of this template cannot run on every machine: "+m)
 	}
 
+	requests := selectorRequests(o, slices.Sorted(maps.Keys(selected)), multi)
+	out.Template = &resourcev1.ResourceClaimTemplate{
+		TypeMeta:   metav1.TypeMeta{APIVersion: resourcev1.SchemeGroupVersion.String(), Kind: "ResourceClaimTemplate"},
+		ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
+		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: requests}}},
+	}
+	return out, nil
+}
+
+// selectorRequests are the requests of a selector template: GPUs whose key
+// (the bus ID, with several machines the pcieRoot too) is among aligned,
+// with every NIC; for a job without a NIC, GPUs outside aligned first.
+func selectorRequests(o ClaimOptions, aligned []string, multi bool) []resourcev1.DeviceRequest {
 	var keys []string
-	for _, k := range slices.Sorted(maps.Keys(selected)) {
+	for _, k := range aligned {
 		keys = append(keys, strconv.Quote(k))
 	}
 	const bus = `device.attributes["` + Domain + `"].pciBusID`
@@ -621,29 +634,22 @@ func buildSelector(machines []Machine, o ClaimOptions) (Claims, error) {
 		cond += ` && has(` + root + `)`
 	}
 	isAligned := cond + ` && ` + key + ` in [` + strings.Join(keys, ", ") + `]`
-	var requests []resourcev1.DeviceRequest
 	switch {
 	case o.NoNIC && len(keys) == 0:
-		requests = []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: o.GPUClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: int64(o.GPUs)}}}
+		return []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: o.GPUClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: int64(o.GPUs)}}}
 	case o.NoNIC:
-		requests = []resourcev1.DeviceRequest{{Name: "gpus", FirstAvailable: []resourcev1.DeviceSubRequest{
+		return []resourcev1.DeviceRequest{{Name: "gpus", FirstAvailable: []resourcev1.DeviceSubRequest{
 			{Name: "apart", DeviceClassName: o.GPUClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: int64(o.GPUs),
 				Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `!(` + isAligned + `)`}}}},
 			{Name: "any", DeviceClassName: o.GPUClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: int64(o.GPUs)},
 		}}}
 	default:
-		requests = []resourcev1.DeviceRequest{
+		return []resourcev1.DeviceRequest{
 			{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: o.GPUClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: int64(o.GPUs),
 				Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: isAligned}}}}},
 			{Name: "nics", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: o.NICClass, AllocationMode: resourcev1.DeviceAllocationModeAll}},
 		}
 	}
-	out.Template = &resourcev1.ResourceClaimTemplate{
-		TypeMeta:   metav1.TypeMeta{APIVersion: resourcev1.SchemeGroupVersion.String(), Kind: "ResourceClaimTemplate"},
-		ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
-		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: requests}}},
-	}
-	return out, nil
 }
 
 // hasPF refuses a machine with no RDMA NIC (PF): nothing to align with.
