@@ -208,19 +208,18 @@ func (n NIC) Up() bool {
 // bridges exist, addresses and GPU indices are unique, one root complex does not
 // span NUMA nodes. Errors name the device.
 func (t *Topology) Validate() error {
-	rcs := make(map[string]RootComplex, len(t.RootComplexes))
+	fc := functionChecker{rcs: make(map[string]RootComplex, len(t.RootComplexes)), bridges: make(map[string]bool, len(t.Bridges)), seen: map[string]string{}}
 	for _, rc := range t.RootComplexes {
 		if rc.ID == "" {
 			return fmt.Errorf("root complex with an empty ID")
 		}
-		if _, dup := rcs[rc.ID]; dup {
+		if _, dup := fc.rcs[rc.ID]; dup {
 			return fmt.Errorf("root complex %s listed twice", rc.ID)
 		}
-		rcs[rc.ID] = rc
+		fc.rcs[rc.ID] = rc
 	}
-	bridges := make(map[string]bool, len(t.Bridges))
 	for _, b := range t.Bridges {
-		bridges[b.Address] = true
+		fc.bridges[b.Address] = true
 		if !oneOf(b.ACS, ACSRedirect, ACSOff) {
 			return fmt.Errorf("bridge %s: ACS %q, want %q, %q or empty (unknown)", b.Address, b.ACS, ACSRedirect, ACSOff)
 		}
@@ -228,49 +227,83 @@ func (t *Topology) Validate() error {
 	if err := t.GPUDirect.validate(); err != nil {
 		return err
 	}
-	// A function holds one GPU, or one or more RDMA devices (NCCL XML lists
-	// the ports of one function as separate devices).
-	seen := map[string]string{}
-	check := func(what string, f PCIFunction) error {
-		if f.Address == "" {
-			return fmt.Errorf("%s has no PCI address", what)
-		}
-		rc, ok := rcs[f.RootComplex]
-		if !ok {
-			return fmt.Errorf("%s (%s): unknown root complex %q", what, f.Address, f.RootComplex)
-		}
-		// Fused multi-host data repeats addresses: they are unique per host.
-		key := rc.Host + "/" + f.Address
-		isNIC := strings.HasPrefix(what, "RDMA")
-		if prev, dup := seen[key]; dup && !(isNIC && strings.HasPrefix(prev, "RDMA")) {
-			return fmt.Errorf("%s: PCI address %s already belongs to %s", what, f.Address, prev)
-		}
-		seen[key] = what
-		if rc.NUMANode >= 0 && f.NUMANode >= 0 && rc.NUMANode != f.NUMANode {
-			return fmt.Errorf("%s (%s) says NUMA node %d but its root complex %s is on NUMA node %d: a device cannot sit on two NUMA nodes",
-				what, f.Address, f.NUMANode, rc.ID, rc.NUMANode)
-		}
-		for _, b := range f.Bridges {
-			if !bridges[b] {
-				return fmt.Errorf("%s (%s): unknown bridge %q on its path", what, f.Address, b)
-			}
-		}
-		return nil
+	indices, err := t.validateGPUs(&fc)
+	if err != nil {
+		return err
 	}
+	if err := t.validateNICs(&fc); err != nil {
+		return err
+	}
+	for _, l := range t.NVLinks {
+		if !indices[l.GPU] || !indices[l.Peer] {
+			return fmt.Errorf("NVLink between GPU %d and GPU %d names a GPU that is not there", l.GPU, l.Peer)
+		}
+		if l.Count <= 0 {
+			return fmt.Errorf("NVLink between GPU %d and GPU %d has %d links", l.GPU, l.Peer, l.Count)
+		}
+	}
+	return nil
+}
+
+// functionChecker checks the PCI functions of one topology against its
+// root complexes and bridges. A function holds one GPU, or one or more
+// RDMA devices (NCCL XML lists the ports of one function as separate
+// devices).
+type functionChecker struct {
+	rcs     map[string]RootComplex
+	bridges map[string]bool
+	// seen is what each host/address already belongs to.
+	seen map[string]string
+}
+
+func (fc *functionChecker) check(what string, f PCIFunction) error {
+	if f.Address == "" {
+		return fmt.Errorf("%s has no PCI address", what)
+	}
+	rc, ok := fc.rcs[f.RootComplex]
+	if !ok {
+		return fmt.Errorf("%s (%s): unknown root complex %q", what, f.Address, f.RootComplex)
+	}
+	// Fused multi-host data repeats addresses: they are unique per host.
+	key := rc.Host + "/" + f.Address
+	isNIC := strings.HasPrefix(what, "RDMA")
+	if prev, dup := fc.seen[key]; dup && !(isNIC && strings.HasPrefix(prev, "RDMA")) {
+		return fmt.Errorf("%s: PCI address %s already belongs to %s", what, f.Address, prev)
+	}
+	fc.seen[key] = what
+	if rc.NUMANode >= 0 && f.NUMANode >= 0 && rc.NUMANode != f.NUMANode {
+		return fmt.Errorf("%s (%s) says NUMA node %d but its root complex %s is on NUMA node %d: a device cannot sit on two NUMA nodes",
+			what, f.Address, f.NUMANode, rc.ID, rc.NUMANode)
+	}
+	for _, b := range f.Bridges {
+		if !fc.bridges[b] {
+			return fmt.Errorf("%s (%s): unknown bridge %q on its path", what, f.Address, b)
+		}
+	}
+	return nil
+}
+
+// validateGPUs checks each GPU, and returns the indices it found.
+func (t *Topology) validateGPUs(fc *functionChecker) (map[int]bool, error) {
 	indices := map[int]bool{}
 	for _, g := range t.GPUs {
 		what := fmt.Sprintf("GPU %d", g.Index)
 		if indices[g.Index] {
-			return fmt.Errorf("GPU index %d listed twice", g.Index)
+			return nil, fmt.Errorf("GPU index %d listed twice", g.Index)
 		}
 		indices[g.Index] = true
-		if err := check(what, g.PCI); err != nil {
-			return err
+		if err := fc.check(what, g.PCI); err != nil {
+			return nil, err
 		}
 		if err := g.validateFacts(what); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	return indices, nil
+}
+
+// validateNICs checks each RDMA device.
+func (t *Topology) validateNICs(fc *functionChecker) error {
 	names := map[string]bool{}
 	for _, n := range t.NICs {
 		if n.Name == "" {
@@ -280,24 +313,16 @@ func (t *Topology) Validate() error {
 			return fmt.Errorf("RDMA device %s listed twice", n.Name)
 		}
 		names[n.Name] = true
-		if err := check("RDMA device "+n.Name, n.PCI); err != nil {
+		if err := fc.check("RDMA device "+n.Name, n.PCI); err != nil {
 			return err
 		}
 		if dd := n.DataDirect; dd != nil {
-			if err := check("RDMA device "+n.Name+"'s Data Direct function", *dd); err != nil {
+			if err := fc.check("RDMA device "+n.Name+"'s Data Direct function", *dd); err != nil {
 				return err
 			}
 		}
 		if err := n.validateFacts(); err != nil {
 			return err
-		}
-	}
-	for _, l := range t.NVLinks {
-		if !indices[l.GPU] || !indices[l.Peer] {
-			return fmt.Errorf("NVLink between GPU %d and GPU %d names a GPU that is not there", l.GPU, l.Peer)
-		}
-		if l.Count <= 0 {
-			return fmt.Errorf("NVLink between GPU %d and GPU %d has %d links", l.GPU, l.Peer, l.Count)
 		}
 	}
 	return nil
