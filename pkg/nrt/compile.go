@@ -294,64 +294,16 @@ func (c *Compiled) compileGPUs(obj *v1alpha2.NodeResourceTopology, zones map[str
 		if p, ok := zones[z.Parent]; !ok || p.Type != ZonePCIeSwitch {
 			return fmt.Errorf("GPU zone %s: parent %q is not a PCIeSwitch zone", z.Name, z.Parent)
 		}
-		g := CompiledGPU{Zone: z.Name, BusID: AttrValue(z.Attributes, AttrPCIBusID), UUID: AttrValue(z.Attributes, AttrUUID), Switch: z.Parent, Level: make([]topology.Level, len(c.NICs))}
-		for n := range g.Level {
-			g.Level[n] = topology.LevelSYS + 1 // no cost given: unreachable
-		}
-		seen := 0
-		for _, cost := range z.Costs {
-			if !strings.HasPrefix(cost.Name, PrefixNIC) {
-				continue
-			}
-			l, ok := LevelOf(cost.Value)
-			if !ok || l == topology.LevelNV {
-				return fmt.Errorf("GPU zone %s: cost %d to %s is not a PCIe level", z.Name, cost.Value, cost.Name)
-			}
-			if n, ok := nicIndex[cost.Name]; ok {
-				g.Level[n] = l
-				seen++
-			} else if _, exists := zones[cost.Name]; !exists {
-				return fmt.Errorf("GPU zone %s: cost to %s, which is no zone", z.Name, cost.Name)
-			}
-		}
-		if seen == 0 && len(c.NICs) > 0 {
-			return fmt.Errorf("GPU zone %s has no costs to the node's NICs", z.Name)
-		}
-		acs, err := parseACSRedirect(z.Name, AttrValue(z.Attributes, AttrACSRedirect), nicIndex)
-		if err != nil {
+		g := CompiledGPU{Zone: z.Name, BusID: AttrValue(z.Attributes, AttrPCIBusID), UUID: AttrValue(z.Attributes, AttrUUID), Switch: z.Parent}
+		var err error
+		if g.Level, err = c.gpuLevels(&z, zones, nicIndex); err != nil {
 			return err
 		}
 		g.Published = slices.Clone(g.Level)
-		p2c, err := parseNCCLPath(z.Name, AttrValue(z.Attributes, AttrNCCLPath), nicIndex)
-		if err != nil {
+		if err := c.gpuPaths(&g, &z, nicIndex); err != nil {
 			return err
 		}
-		for n := range p2c {
-			// NCCL's rule gives the pair P2C: it is aligned at P2C however
-			// far the nvidia-smi level says it is.
-			if g.Level[n] > topology.LevelP2C {
-				g.Level[n], c.HasP2C = topology.LevelP2C, true
-			}
-		}
-		for n := range g.Level {
-			why := c.HostBlock
-			if why == "" {
-				why = c.NICs[n].Block
-			}
-			if why == "" && acs[n] != "" {
-				why = "ACS redirect on " + acs[n]
-			}
-			if why == "" {
-				continue
-			}
-			if g.Blocked == nil {
-				g.Blocked = make([]string, len(c.NICs))
-			}
-			g.Blocked[n] = why
-			g.Level[n] = max(g.Level[n], topology.LevelPHB)
-		}
-		free, offered := int64(0), int64(0)
-		found := false
+		free, offered, found := int64(0), int64(0), false
 		for _, r := range z.Resources {
 			if r.Name != gpuResource {
 				continue
@@ -373,6 +325,75 @@ func (c *Compiled) compileGPUs(obj *v1alpha2.NodeResourceTopology, zones map[str
 			c.Healthy |= bit
 		}
 		c.GPUs = append(c.GPUs, g)
+	}
+	return nil
+}
+
+// gpuLevels are a GPU zone's published levels to each NIC, from its costs
+// (past SYS: no cost given, unreachable).
+func (c *Compiled) gpuLevels(z *v1alpha2.Zone, zones map[string]*v1alpha2.Zone, nicIndex map[string]int) ([]topology.Level, error) {
+	levels := make([]topology.Level, len(c.NICs))
+	for n := range levels {
+		levels[n] = topology.LevelSYS + 1
+	}
+	seen := 0
+	for _, cost := range z.Costs {
+		if !strings.HasPrefix(cost.Name, PrefixNIC) {
+			continue
+		}
+		l, ok := LevelOf(cost.Value)
+		if !ok || l == topology.LevelNV {
+			return nil, fmt.Errorf("GPU zone %s: cost %d to %s is not a PCIe level", z.Name, cost.Value, cost.Name)
+		}
+		if n, ok := nicIndex[cost.Name]; ok {
+			levels[n] = l
+			seen++
+		} else if _, exists := zones[cost.Name]; !exists {
+			return nil, fmt.Errorf("GPU zone %s: cost to %s, which is no zone", z.Name, cost.Name)
+		}
+	}
+	if seen == 0 && len(c.NICs) > 0 {
+		return nil, fmt.Errorf("GPU zone %s has no costs to the node's NICs", z.Name)
+	}
+	return levels, nil
+}
+
+// gpuPaths turns g's published levels into the levels decisions use: P2C
+// where NCCL's rule gives the pair P2C, and at least PHB on a path where
+// GPUDirect RDMA cannot run (the host, the NIC or an ACS redirect), with
+// the reason in Blocked.
+func (c *Compiled) gpuPaths(g *CompiledGPU, z *v1alpha2.Zone, nicIndex map[string]int) error {
+	acs, err := parseACSRedirect(z.Name, AttrValue(z.Attributes, AttrACSRedirect), nicIndex)
+	if err != nil {
+		return err
+	}
+	p2c, err := parseNCCLPath(z.Name, AttrValue(z.Attributes, AttrNCCLPath), nicIndex)
+	if err != nil {
+		return err
+	}
+	for n := range p2c {
+		// NCCL's rule gives the pair P2C: it is aligned at P2C however
+		// far the nvidia-smi level says it is.
+		if g.Level[n] > topology.LevelP2C {
+			g.Level[n], c.HasP2C = topology.LevelP2C, true
+		}
+	}
+	for n := range g.Level {
+		why := c.HostBlock
+		if why == "" {
+			why = c.NICs[n].Block
+		}
+		if why == "" && acs[n] != "" {
+			why = "ACS redirect on " + acs[n]
+		}
+		if why == "" {
+			continue
+		}
+		if g.Blocked == nil {
+			g.Blocked = make([]string, len(c.NICs))
+		}
+		g.Blocked[n] = why
+		g.Level[n] = max(g.Level[n], topology.LevelPHB)
 	}
 	return nil
 }
