@@ -39,6 +39,33 @@ const (
 // MaxPlanRails bounds the rails a plan names: one per planned NIC at most.
 const MaxPlanRails = 64
 
+// MaxValueBytes bounds an allocation or observed value, and MaxDevices the
+// GPUs, UUIDs and NICs one names (as many as a node's object may hold: its
+// GPU and NIC zone caps): parsing a hostile value costs at most this much,
+// whoever wrote it. The admission policies refuse larger values.
+const (
+	MaxValueBytes = 16 << 10
+	MaxDevices    = 64
+)
+
+// tooLarge says what bound a value breaks, or "".
+func tooLarge(key, s string) error {
+	if len(s) > MaxValueBytes {
+		return fmt.Errorf("annotation %s: %d bytes, at most %d", key, len(s), MaxValueBytes)
+	}
+	return nil
+}
+
+// tooMany checks the device lists of a parsed value.
+func tooMany(key string, lists map[string]int) error {
+	for field, n := range lists {
+		if n > MaxDevices {
+			return fmt.Errorf("annotation %s: %d %s, at most %d", key, n, field, MaxDevices)
+		}
+	}
+	return nil
+}
+
 // Allocation is the scheduler's plan for a pod.
 type Allocation struct {
 	Node string `json:"node"`
@@ -86,6 +113,9 @@ type ObservedGPU struct {
 // ParseAllocation reads an Allocation annotation value.
 func ParseAllocation(s string) (Allocation, error) {
 	var a Allocation
+	if err := tooLarge(AllocationKey, s); err != nil {
+		return a, err
+	}
 	dec := json.NewDecoder(strings.NewReader(s))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&a); err != nil {
@@ -93,6 +123,9 @@ func ParseAllocation(s string) (Allocation, error) {
 	}
 	if a.Node == "" {
 		return a, fmt.Errorf("annotation %s: no node", AllocationKey)
+	}
+	if err := tooMany(AllocationKey, map[string]int{"gpus": len(a.GPUs), "uuids": len(a.UUIDs), "nics": len(a.NICs)}); err != nil {
+		return a, err
 	}
 	for i, g := range a.GPUs {
 		n, err := topology.NormalizeBusID(g)
@@ -148,10 +181,16 @@ func decodeError(key string, err error) error {
 // ParseObserved reads an Observed annotation value.
 func ParseObserved(s string) (Observed, error) {
 	var o Observed
+	if err := tooLarge(ObservedKey, s); err != nil {
+		return o, err
+	}
 	dec := json.NewDecoder(strings.NewReader(s))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&o); err != nil {
 		return o, decodeError(ObservedKey, err)
+	}
+	if err := tooMany(ObservedKey, map[string]int{"gpus": len(o.GPUs), "nics": len(o.NICs), "gpudirect reasons": len(o.GPUDirect)}); err != nil {
+		return o, err
 	}
 	for i, g := range o.GPUs {
 		n, err := topology.NormalizeBusID(g.BusID)

@@ -32,6 +32,8 @@ func TestParseAllocation(t *testing.T) {
 		`{"node":"n","rails":["a b"]}`:         "rails[0]",
 		`{"node":"n","rails":["` + strings.Repeat("r", 64) + `"]}`:               "rails[0]",
 		`{"node":"n","rails":[` + strings.Repeat(`"r",`, MaxPlanRails) + `"s"]}`: "at most 64",
+		`{"node":"n","nics":[` + strings.Repeat(`"m",`, MaxDevices) + `"n"]}`:    "65 nics, at most 64",
+		`{"node":"` + strings.Repeat("n", MaxValueBytes) + `"}`:                  "bytes, at most 16384",
 	} {
 		if _, err := ParseAllocation(in); err == nil || !strings.Contains(err.Error(), wantErr) {
 			t.Errorf("ParseAllocation(%q) error = %v, want %q", in, err, wantErr)
@@ -51,11 +53,14 @@ func TestParseObserved(t *testing.T) {
 	for in, wantErr := range map[string]string{
 		``:                                       "EOF",
 		`{"gpus":[{"busID":"x"}],"plan":"none"}`: `gpus[0].busID: PCI address "x"`,
-		`{"gpus":[{"busID":"0000:1a:00.0","level":"FAR"}],"plan":"none"}`: `gpus[0].level`,
-		`{"level":"NV","plan":"none"}`:                                    "",
-		`{"level":"NEAR","plan":"none"}`:                                  `level: topology level "NEAR"`,
-		`{"plan":"maybe"}`:                                                `plan "maybe"`,
-		`{"plan":"none","extra":1}`:                                       `unknown field "extra"`,
+		`{"gpus":[{"busID":"0000:1a:00.0","level":"FAR"}],"plan":"none"}`:             `gpus[0].level`,
+		`{"level":"NV","plan":"none"}`:                                                "",
+		`{"level":"NEAR","plan":"none"}`:                                              `level: topology level "NEAR"`,
+		`{"plan":"maybe"}`:                                                            `plan "maybe"`,
+		`{"plan":"none","extra":1}`:                                                   `unknown field "extra"`,
+		`{"plan":"none","gpudirect":[` + strings.Repeat(`"x",`, MaxDevices) + `"y"]}`: "65 gpudirect reasons, at most 64",
+		`{"plan":"none","gpus":[` + strings.Repeat(`{"busID":"0000:1a:00.0"},`, MaxDevices) + `{"busID":"0000:1a:00.0"}]}`: "65 gpus, at most 64",
+		`{"plan":"` + strings.Repeat("x", MaxValueBytes) + `"}`:                                                            "bytes, at most 16384",
 	} {
 		_, err := ParseObserved(in)
 		if wantErr == "" {

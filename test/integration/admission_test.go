@@ -272,6 +272,9 @@ func TestAdmissionPolicies(t *testing.T) {
 		{"the exporter rewrites observed when the kubelet's answer changes", func() error {
 			return patch(exp.kube, "default", "planned", ann(annotations.ObservedKey, `{"plan":"not followed"}`))
 		}, ""},
+		{"the exporter of the pod's node writes an observed value past the parsers' bound", func() error {
+			return patch(exp.kube, "default", "planned", ann(annotations.ObservedKey, `{"plan":"`+strings.Repeat("x", annotations.MaxValueBytes)+`"}`))
+		}, "nicaffinity.io/observed is larger than 16384 bytes"},
 		{"the kubelet updates a planned pod's status", func() error { return patchSub(kubelet, "default", "planned", condition, "status") }, ""},
 		{"the kubelet updates a plain pod's status", func() error { return patchSub(kubelet, "default", "work-a", condition, "status") }, ""},
 		{"a tenant changes something else on a planned pod", func() error { return patch(tenant, "default", "planned", ann("team", "blue")) }, ""},
