@@ -275,7 +275,10 @@ type foreignPod struct {
 func (c *Cache) awaitForeign(node string, pod types.UID, key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.entry(node)
+	e, ok := c.nodes[node]
+	if !ok || e.compiled == nil {
+		return // no object to plan on: nothing a plan could collide with
+	}
 	if _, ok := e.foreign[pod]; ok {
 		return
 	}
