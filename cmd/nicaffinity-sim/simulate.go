@@ -18,12 +18,14 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/internal/sim"
 	"github.com/nicaffinity/nicaffinity/internal/simbench"
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 )
 
 type simulateOptions struct {
 	cluster, workload, output, report string
 	trace                             string
 	scenarios                         []string
+	alignmentWait                     string
 	cpuProfile                        string
 	runs, parallel                    int
 	columns                           []string
@@ -88,6 +90,7 @@ left out of the bundled scenarios' clusters.`,
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the replays (go tool pprof) to this file")
 	f.IntVar(&o.parallel, "parallel", 0, "replays at a time, each on its own cluster (default: the scenario's: "+scenarioParallel()+")")
 	f.StringSliceVar(&o.columns, "columns", nil, "compare only these columns (default: all)")
+	f.StringVar(&o.alignmentWait, "alignment-wait", "", "the bounded columns' wait for aligned GPUs (nicaffinity.io/alignment-wait on every pod; default: the plugin's alignmentWait)")
 	f.StringSliceVar(&o.scenarios, "scenario", []string{"default"}, "bundled cluster and workload: "+strings.Join(slices.Sorted(maps.Keys(sim.Scenarios)), ", ")+" (--cluster and --workload replace its parts); several, comma-separated, make one report each, in that order")
 	f.BoolVar(&o.dra, "dra", false, "a DRA cluster: compare how jobs claim GPUs and NICs (docs/dra.md)")
 	return cmd
@@ -256,6 +259,17 @@ func (o *simulateOptions) plans(sc sim.Scenario, progress io.Writer) ([]*sim.Pla
 			return nil, nil, fmt.Errorf("--columns: %w", err)
 		}
 	}
+	if o.alignmentWait != "" {
+		if _, err := annotations.ParseAlignmentWait(o.alignmentWait); err != nil {
+			return nil, nil, fmt.Errorf("--alignment-wait: %w", err)
+		}
+		cols = slices.Clone(cols)
+		for i := range cols {
+			if cols[i].Policy == annotations.PolicyBounded {
+				cols[i].AlignmentWait = o.alignmentWait
+			}
+		}
+	}
 	c, w, err := o.specs(sc)
 	if err != nil {
 		return nil, nil, err
@@ -290,7 +304,7 @@ func (o *simulateOptions) plans(sc sim.Scenario, progress io.Writer) ([]*sim.Pla
 		var dropped []string
 		cols, dropped = sim.WithoutIdleGangs(plans, cols)
 		if len(dropped) > 0 {
-			fmt.Fprintf(progress, "%s left out: no multi-pod jobs, so it would place every pod as required+proxy does\n", strings.Join(dropped, ", "))
+			fmt.Fprintf(progress, "%s left out: no multi-pod jobs, so each would place every pod as its column without gangs does\n", strings.Join(dropped, ", "))
 		}
 	}
 	return plans, cols, nil

@@ -93,6 +93,9 @@ type Options struct {
 	// Hold starts the scheduler held: no pod gets past the gate after
 	// the queue's pop until Release (hold.go).
 	Hold bool
+	// PluginOptions are passed to NICAffinity (the simulator's virtual
+	// clock).
+	PluginOptions []nicaffinity.Option
 }
 
 // Scheduler is a running scheduler.
@@ -217,7 +220,7 @@ func (s *Scheduler) setup(ctx context.Context, opts *options.Options, o Options)
 			return nil, err
 		}
 	}
-	registry := frameworkruntime.Registry{nicaffinity.Name: s.plugin.capture(nicaffinity.New)}
+	registry := frameworkruntime.Registry{nicaffinity.Name: s.plugin.capture(nicaffinity.Factory(o.PluginOptions...))}
 	for name, f := range o.Plugins {
 		if err := registry.Register(name, f); err != nil {
 			return nil, err

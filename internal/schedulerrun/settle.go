@@ -480,3 +480,12 @@ func (s *Scheduler) PluginObjects() map[string]string {
 	}
 	return pl.ObjectVersions()
 }
+
+// NextRelax is when the plugin's next bounded wait ends (false without
+// the plugin or a wait).
+func (s *Scheduler) NextRelax() (time.Time, bool) {
+	if pl := s.plugin.get(); pl != nil {
+		return pl.NextRelax()
+	}
+	return time.Time{}, false
+}

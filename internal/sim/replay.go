@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/informers"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nicaffinity/nicaffinity/internal/cluster"
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
@@ -112,6 +113,7 @@ type stepper interface {
 	ObjectsBehind(gvr schema.GroupVersionResource, want *schedulerrun.View, detail bool) string
 	PodGroupsBehind(want *schedulerrun.View, detail bool) string
 	PluginObjects() map[string]string
+	NextRelax() (time.Time, bool)
 	Step(ctx context.Context) error
 	Err() error
 	Changed() <-chan struct{}
@@ -121,10 +123,12 @@ var _ stepper = (*schedulerrun.Scheduler)(nil)
 
 // replayer is one column's replay.
 type replayer struct {
-	ctx      context.Context
-	cp       *controlplane.ControlPlane
-	cl       *cluster.Cluster
-	sched    stepper
+	ctx   context.Context
+	cp    *controlplane.ControlPlane
+	cl    *cluster.Cluster
+	sched stepper
+	// clock is the plugin's: the virtual clock, at virtualEpoch + now.
+	clock    *testingclock.FakeClock
 	p        *Plan
 	col      Column
 	pods     typedcorev1.PodInterface
@@ -166,8 +170,8 @@ func (r *replayer) notify() {
 }
 
 // replay runs the plan's jobs through the column's scheduler on virtual time.
-func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Cluster, sched *schedulerrun.Scheduler, p *Plan, col Column, progress func(Progress)) ([]*record, time.Duration, error) {
-	r := &replayer{ctx: ctx, cp: cp, cl: cl, sched: sched, p: p, col: col, pods: cp.Kube.CoreV1().Pods("default"),
+func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Cluster, sched *schedulerrun.Scheduler, clk *testingclock.FakeClock, p *Plan, col Column, progress func(Progress)) ([]*record, time.Duration, error) {
+	r := &replayer{ctx: ctx, cp: cp, cl: cl, sched: sched, clock: clk, p: p, col: col, pods: cp.Kube.CoreV1().Pods("default"),
 		info: map[string]nodeInfo{}, byPod: map[string]*podRecord{}, jobOf: map[string]*record{}, progress: progress,
 		changed: make(chan struct{}, 1), alive: map[string]bool{}, created: map[string]time.Time{}, refused: map[string]bool{},
 		podView: schedulerrun.NewView(func(obj any) bool {
@@ -198,6 +202,12 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 	lastReport := time.Now()
 	for r.queue.Len() > 0 {
 		r.now = r.queue[0].at
+		if at, ok := r.relaxAt(); ok && at < r.now {
+			r.now = at // a bounded wait ends before the next event
+		}
+		// The plugin's clock moves to the moment; the waits that end now
+		// requeue their pods (Handle.Activate) before the settle.
+		r.clock.SetTime(virtualEpoch.Add(r.now))
 		for r.queue.Len() > 0 && r.queue[0].at == r.now {
 			if err := r.apply(heap.Pop(&r.queue).(event)); err != nil {
 				return nil, 0, err
@@ -224,6 +234,18 @@ func replay(ctx context.Context, cp *controlplane.ControlPlane, cl *cluster.Clus
 	}
 	r.refusedMu.Unlock()
 	return r.recs, r.now, ctx.Err()
+}
+
+// virtualEpoch is the plugin's clock at workload time 0.
+var virtualEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// relaxAt is when, in workload time, the plugin's next bounded wait ends.
+func (r *replayer) relaxAt() (time.Duration, bool) {
+	at, ok := r.sched.NextRelax()
+	if !ok {
+		return 0, false
+	}
+	return at.Sub(virtualEpoch), true
 }
 
 // watch starts the replay's own pod and NodeResourceTopology informers.
@@ -334,6 +356,12 @@ func (r *replayer) podFor(rec *record, name string) *corev1.Pod {
 	}
 	if r.col.Policy != "" {
 		pod.Annotations = map[string]string{annotations.Policy: r.col.Policy}
+	}
+	if r.col.AlignmentWait != "" {
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[annotations.AlignmentWait] = r.col.AlignmentWait
 	}
 	if r.gang(rec) {
 		// The PodGroup makes it a gang; the job label is how the plugin

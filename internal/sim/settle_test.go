@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	nrtv1alpha2 "github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	"github.com/k8stopologyawareschedwg/podfingerprint"
@@ -45,6 +46,7 @@ func (f *fakeStepper) QueuedPods() []string                            { return 
 func (f *fakeStepper) Pending() map[types.UID]bool                     { return f.pending }
 func (f *fakeStepper) Assumed(*corev1.Pod) bool                        { return false }
 func (f *fakeStepper) PluginObjects() map[string]string                { return nil }
+func (f *fakeStepper) NextRelax() (time.Time, bool)                    { return time.Time{}, false }
 func (f *fakeStepper) Step(context.Context) error                      { return nil }
 func (f *fakeStepper) Err() error                                      { return nil }
 func (f *fakeStepper) Changed() <-chan struct{}                        { return nil }

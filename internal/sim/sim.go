@@ -18,6 +18,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nicaffinity/nicaffinity/internal/cluster"
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
@@ -27,6 +28,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/pkg/dra"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/plugins/nicaffinity"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
@@ -52,19 +54,25 @@ type Column struct {
 	// all) and names its job to the plugin (a job label), so its pods
 	// follow the job's rails. Other columns' pods are plain pods.
 	Gang bool `json:"gang,omitempty"`
+	// AlignmentWait is every pod's nicaffinity.io/alignment-wait (policy
+	// bounded); empty: the plugin's alignmentWait.
+	AlignmentWait string `json:"alignmentWait,omitempty"`
 }
 
 // Columns are the runs every simulation compares, on the same workload: the
 // policies with the allocation proxy (so that placements happen), the
 // required policy as advice to the device plugin alone, required with the
-// proxy and each multi-pod job a gang on its rails, and the default
-// scheduler, which the report compares each with. The default scheduler
-// is last.
+// proxy and each multi-pod job a gang on its rails, the default scheduler
+// with each multi-pod job a gang (upstream's GangScheduling: like for like
+// with gangs+rails), and the default scheduler, which the report compares
+// each with. The default scheduler is last.
 var Columns = []Column{
+	{Name: "bounded+proxy", Scheduler: Schedulers[0], Kubelet: kubeletsim.Proxy, Policy: annotations.PolicyBounded},
 	{Name: "required+proxy", Scheduler: Schedulers[0], Kubelet: kubeletsim.Proxy, Policy: annotations.PolicyRequired},
 	{Name: "preferred+proxy", Scheduler: Schedulers[0], Kubelet: kubeletsim.Proxy, Policy: annotations.PolicyPreferred},
 	{Name: "required (advice)", Scheduler: Schedulers[0], Kubelet: kubeletsim.BestEffort, Policy: annotations.PolicyRequired},
 	{Name: "gangs+rails", Scheduler: Schedulers[0], Kubelet: kubeletsim.Proxy, Policy: annotations.PolicyRequired, Gang: true},
+	{Name: "default-scheduler+gangs", Scheduler: Schedulers[1], Kubelet: kubeletsim.BestEffort, Gang: true},
 	{Name: "default-scheduler", Scheduler: Schedulers[1], Kubelet: kubeletsim.BestEffort},
 }
 
@@ -315,7 +323,11 @@ func Run(ctx context.Context, p *Plan, col Column, progress func(Progress)) (Res
 	if err != nil {
 		return Result{}, err
 	}
-	sched, err := schedulerrun.Run(ctx, cp, cfg, cp.TmpDir, replaySchedulerOptions())
+	// The plugin's bounded waits run on the replay's virtual clock.
+	clk := testingclock.NewFakeClock(virtualEpoch)
+	so := replaySchedulerOptions()
+	so.PluginOptions = []nicaffinity.Option{nicaffinity.WithClock(clk)}
+	sched, err := schedulerrun.Run(ctx, cp, cfg, cp.TmpDir, so)
 	if err != nil {
 		return Result{}, err
 	}
@@ -327,7 +339,7 @@ func Run(ctx context.Context, p *Plan, col Column, progress func(Progress)) (Res
 			return Result{}, err
 		}
 	}
-	recs, end, err := replay(ctx, cp, cl, sched, p, col, progress)
+	recs, end, err := replay(ctx, cp, cl, sched, clk, p, col, progress)
 	if err != nil {
 		return Result{}, err
 	}

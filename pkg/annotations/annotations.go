@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
@@ -14,8 +15,13 @@ import (
 const (
 	// MaxLevel is the worst GPU-NIC level a pod accepts: PIX, PXB, P2C, PHB, NODE or SYS.
 	MaxLevel = "nicaffinity.io/max-level"
-	// Policy is "required" (filter nodes) or "preferred" (only score).
+	// Policy is "required" (filter nodes), "preferred" (only score) or
+	// "bounded" (filter nodes until the pod has waited AlignmentWait for
+	// aligned GPUs, then only score).
 	Policy = "nicaffinity.io/policy"
+	// AlignmentWait is how long a bounded pod waits for aligned GPUs
+	// (a Go duration: "10m"); it makes a pod that sets no policy bounded.
+	AlignmentWait = "nicaffinity.io/alignment-wait"
 	// RDMA set to "true" marks a pod that needs a NIC without requesting an RDMA resource.
 	RDMA = "nicaffinity.io/rdma"
 	// Rails is how a pod of a multi-pod job holds to its job's rails:
@@ -32,6 +38,9 @@ const (
 const (
 	PolicyRequired  = "required"
 	PolicyPreferred = "preferred"
+	// PolicyBounded is a placement policy only: required for a bounded
+	// wait, then preferred.
+	PolicyBounded = "bounded"
 	// PolicyIgnore is a rails policy only.
 	PolicyIgnore = "ignore"
 )
@@ -229,10 +238,38 @@ func ParseMaxLevel(s string) (topology.Level, error) {
 // ParsePolicy reads a policy annotation value.
 func ParsePolicy(s string) (string, error) {
 	switch p := strings.ToLower(strings.TrimSpace(s)); p {
-	case PolicyRequired, PolicyPreferred:
+	case PolicyRequired, PolicyPreferred, PolicyBounded:
 		return p, nil
 	}
-	return "", fmt.Errorf("annotation %s=%.64q: want required or preferred", Policy, s)
+	return "", fmt.Errorf("annotation %s=%.64q: want required, preferred or bounded", Policy, s)
+}
+
+// MaxAlignmentWait bounds a wait for aligned GPUs: past a day a pod is
+// better served by preferred, and the plugin keeps a timer per waiting job.
+const MaxAlignmentWait = 24 * time.Hour
+
+// ParseAlignmentWait reads an alignment-wait value: a Go duration from 1s
+// to MaxAlignmentWait.
+func ParseAlignmentWait(s string) (time.Duration, error) {
+	if len(s) > 32 {
+		return 0, fmt.Errorf("annotation %s=%.32q...: %d bytes, at most 32", AlignmentWait, s, len(s))
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("annotation %s=%q: want a duration such as 10m", AlignmentWait, s)
+	}
+	if err := CheckAlignmentWait(d); err != nil {
+		return 0, fmt.Errorf("annotation %s=%q: %w", AlignmentWait, s, err)
+	}
+	return d, nil
+}
+
+// CheckAlignmentWait says why d is no wait for aligned GPUs, or nil.
+func CheckAlignmentWait(d time.Duration) error {
+	if d < time.Second || d > MaxAlignmentWait {
+		return fmt.Errorf("must be between 1s and %s", MaxAlignmentWait)
+	}
+	return nil
 }
 
 // ParseRails reads a rails annotation value.

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apiresource "k8s.io/apimachinery/pkg/api/resource"
@@ -40,6 +41,12 @@ type Config struct {
 	// nicaffinity.io/max-level or nicaffinity.io/policy.
 	MaxLevel topology.Level
 	Required bool
+	// Bounded: the default policy is bounded (Required is then true): a
+	// pod that sets no policy waits AlignmentWait for aligned GPUs.
+	Bounded bool
+	// AlignmentWait is how long a bounded pod waits for aligned GPUs
+	// unless it says (nicaffinity.io/alignment-wait).
+	AlignmentWait time.Duration
 	// JobLabels name a pod's job, in order, when it names no PodGroup
 	// (DefaultJobLabels).
 	JobLabels []string
@@ -89,7 +96,8 @@ const maxJobName = 253 + 1 + 63
 // use GPUDirect RDMA), required.
 func Default(sriov []string) Config {
 	return Config{GPUResource: config.DefaultGPUResourceName, RDMAPrefixes: config.DefaultRDMAResourcePrefixes(), SRIOVResources: sriov,
-		MaxLevel: config.DefaultLevel(), Required: config.DefaultPolicy == annotations.PolicyRequired, JobLabels: DefaultJobLabels}
+		MaxLevel: config.DefaultLevel(), Required: config.DefaultPolicy != annotations.PolicyPreferred,
+		Bounded: config.DefaultPolicy == annotations.PolicyBounded, AlignmentWait: config.DefaultAlignmentWait, JobLabels: DefaultJobLabels}
 }
 
 // VF is a request for VFs of one SR-IOV resource.
@@ -106,6 +114,10 @@ type Request struct {
 	VFs      []VF
 	MaxLevel topology.Level
 	Required bool
+	// Wait is how long a bounded pod waits for aligned GPUs before it is
+	// placed as a preferred one; 0 for every other pod. Required is true
+	// while it waits.
+	Wait time.Duration
 	// Job is the pod's job (a job of one when it names none).
 	Job Job
 	// NCCL is the NCCL environment that set MaxLevel, as the pod spells it
@@ -120,7 +132,15 @@ type Request struct {
 // Defaulted reports whether the request takes the config's level and
 // policy and asks for no VFs: the common request the plugin answers ahead.
 func (r *Request) Defaulted(c Config) bool {
-	return len(r.VFs) == 0 && r.MaxLevel == c.MaxLevel && r.Required == c.Required && !r.FollowsRails()
+	return len(r.VFs) == 0 && r.MaxLevel == c.MaxLevel && r.Required == c.Required && r.Wait == c.defaultWait() && !r.FollowsRails()
+}
+
+// defaultWait is the wait of a pod that sets no policy.
+func (c Config) defaultWait() time.Duration {
+	if c.Bounded {
+		return c.AlignmentWait
+	}
+	return 0
 }
 
 // FollowsRails reports whether the pod's placement depends on where its
@@ -145,7 +165,7 @@ func Read(pod *v1.Pod, c Config) (r Request, ok bool, err error) {
 	if gpus <= 0 {
 		return Request{}, false, nil
 	}
-	r = Request{GPUs: int(gpus), MaxLevel: c.MaxLevel, Required: c.Required}
+	r = Request{GPUs: int(gpus), MaxLevel: c.MaxLevel, Required: c.Required, Wait: c.defaultWait()}
 	for _, q := range reqs {
 		if q.q.Value() <= 0 {
 			continue
@@ -174,16 +194,42 @@ func Read(pod *v1.Pod, c Config) (r Request, ok bool, err error) {
 			return Request{}, false, err
 		}
 	}
-	if s, ok := pod.Annotations[annotations.Policy]; ok {
-		p, err := annotations.ParsePolicy(s)
-		if err != nil {
-			return Request{}, false, err
-		}
-		r.Required = p == annotations.PolicyRequired
+	if err := readPolicy(pod, c, &r); err != nil {
+		return Request{}, false, err
 	}
 	// Map order is random; plans and signatures must not be.
 	slices.SortFunc(r.VFs, func(a, b VF) int { return strings.Compare(a.Resource, b.Resource) })
 	return r, true, nil
+}
+
+// readPolicy applies the pod's nicaffinity.io/policy and
+// nicaffinity.io/alignment-wait to r.
+func readPolicy(pod *v1.Pod, c Config, r *Request) error {
+	s, hasPolicy := pod.Annotations[annotations.Policy]
+	w, hasWait := pod.Annotations[annotations.AlignmentWait]
+	p := ""
+	if hasPolicy {
+		var err error
+		if p, err = annotations.ParsePolicy(s); err != nil {
+			return err
+		}
+		r.Required, r.Wait = p != annotations.PolicyPreferred, 0
+		if p == annotations.PolicyBounded {
+			r.Wait = c.AlignmentWait
+		}
+	}
+	if !hasWait {
+		return nil
+	}
+	if hasPolicy && p != annotations.PolicyBounded {
+		return fmt.Errorf("annotation %s is for policy %s, and %s=%q", annotations.AlignmentWait, annotations.PolicyBounded, annotations.Policy, s)
+	}
+	d, err := annotations.ParseAlignmentWait(w)
+	if err != nil {
+		return err
+	}
+	r.Required, r.Wait = true, d
+	return nil
 }
 
 // RDMAAnnotated: the pod says it needs a NIC (nicaffinity.io/rdma: "true")

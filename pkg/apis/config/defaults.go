@@ -30,6 +30,10 @@ const (
 	DefaultCertaintyWeight int64 = 2
 	DefaultPackingWeight   int64 = 1
 
+	// DefaultAlignmentWait is how long a bounded pod waits for aligned
+	// GPUs (docs/scheduler.md, Bounded wait).
+	DefaultAlignmentWait = 15 * time.Minute
+
 	DefaultReservationTimeout = 2 * time.Minute
 	// DefaultTopologyMaxAge is five of the exporter's default resync
 	// periods.

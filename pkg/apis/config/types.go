@@ -24,6 +24,9 @@ type NICAffinityArgs struct {
 	DefaultMaxLevel string
 	// DefaultPolicy applies when the pod has no nicaffinity.io/policy.
 	DefaultPolicy string
+	// AlignmentWait is how long a bounded pod waits for aligned GPUs
+	// before it is placed as a preferred one.
+	AlignmentWait metav1.Duration
 	// MissingTopology: what a node without a usable NodeResourceTopology
 	// means for pods with a required level (Reject or Ignore).
 	MissingTopology string

@@ -23,6 +23,7 @@ func (in *NICAffinityArgs) DeepCopyInto(out *NICAffinityArgs) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	out.AlignmentWait = in.AlignmentWait
 	out.ReservationTimeout = in.ReservationTimeout
 	out.TopologyMaxAge = in.TopologyMaxAge
 	out.ScoringStrategy = in.ScoringStrategy

@@ -70,7 +70,8 @@ func maxLevelOf(a *Args) topology.Level {
 // pods: kubectl and doctor read them the same way.
 func RequestConfig(a *Args) podreq.Config {
 	return podreq.Config{GPUResource: a.GPUResourceName, RDMAPrefixes: a.RDMAResourcePrefixes, SRIOVResources: a.SRIOVResourceNames,
-		MaxLevel: maxLevelOf(a), Required: a.DefaultPolicy == annotations.PolicyRequired, JobLabels: a.JobLabels}
+		MaxLevel: maxLevelOf(a), Required: a.DefaultPolicy != annotations.PolicyPreferred, Bounded: a.DefaultPolicy == annotations.PolicyBounded,
+		AlignmentWait: a.AlignmentWait.Duration, JobLabels: a.JobLabels}
 }
 
 // storeConfigOf is what the plugin's cache is made with, from these

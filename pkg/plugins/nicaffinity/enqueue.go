@@ -24,18 +24,16 @@ func (pl *NICAffinity) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWi
 const nrtResource fwk.EventResource = "noderesourcetopologies.v1alpha2.topology.node.k8s.io"
 
 // isSchedulableAfterNRTChange requeues a pod when the node's new object has
-// room for its GPUs.
+// room for its GPUs. It only reads: it runs once per pending pod per event,
+// under the scheduling queue's lock.
 //
-// The hint runs once per pending pod per event, under the scheduling
-// queue's lock, so it must be cheap: it reads the name and resourceVersion
-// first, and answers from the cache's view when the cache already holds
-// that version (every pod after the first, and every event the plugin's own
-// informer saw first). It must also observe: the queue hears of the event
-// through the scheduler's informer, which can run ahead of the plugin's
-// own; a pod requeued while the cache still held the older object would
-// fail Filter again and wait out its backoff. So the first pod to see a
-// version the cache does not hold feeds it to the cache (Cache.update, as
-// the plugin's informer would), once.
+// The queue hears of the event through the scheduler's informer, which can
+// run ahead of the plugin's own. While the store does not hold the event's
+// version the hint skips: a pod requeued now would meet the older object
+// in Filter and be turned down again. The plugin's informer requeues the
+// pods Filter turned down when it brings that version (roomGrew in
+// informers.go, Handle.Activate), so no pod waits on which informer came
+// first.
 func (pl *NICAffinity) isSchedulableAfterNRTChange(logger klog.Logger, pod *v1.Pod, _, newObj interface{}) (fwk.QueueingHint, error) {
 	m, err := meta.Accessor(newObj)
 	if err != nil {
@@ -43,8 +41,9 @@ func (pl *NICAffinity) isSchedulableAfterNRTChange(logger klog.Logger, pod *v1.P
 		return fwk.QueueSkip, nil
 	}
 	node := m.GetName()
-	if pl.feed != nil {
-		pl.feed.update(newObj)
+	if !pl.cache.has(node, m.GetResourceVersion()) {
+		logger.V(5).Info("NodeResourceTopology version not in the plugin's store yet; its informer requeues the pod", "pod", klog.KObj(pod), "node", node)
+		return fwk.QueueSkip, nil
 	}
 	v, why := pl.cache.View(node)
 	if v == nil {

@@ -13,7 +13,7 @@ import (
 // Filter passes a node when some set of its free GPUs each has a usable NIC
 // at the pod's level or closer (with free VFs where the pod asks for VFs):
 // a joint search over GPUs and NICs, not GPU-first greedy.
-func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, err := getState(cycle)
 	if err != nil {
 		return fwk.AsStatus(err)
@@ -21,7 +21,12 @@ func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, _ *v1.Pod
 	if s == nil {
 		return nil
 	}
-	return pl.filterNode(s, nodeInfo.Node().Name)
+	st := pl.filterNode(s, nodeInfo.Node().Name)
+	if st != nil && pod != nil && s.turnedDown != nil && s.turnedDown.CompareAndSwap(false, true) {
+		// The pod waits for aligned GPUs from now, if it did not already.
+		pl.waits.note(pod, s.req.Job, s.req.GPUs, s.req.Wait)
+	}
+	return st
 }
 
 // filterNode is Filter's verdict on the node named node.

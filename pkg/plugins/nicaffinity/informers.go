@@ -39,6 +39,10 @@ type informerFeed struct {
 	schedulerName string
 	// reader reads a pod's job and rails policy, as the plugin does.
 	reader podreq.Config
+	// turnedDown are the pods Filter turned down (the plugin's waits):
+	// requeued when an object brings room, forgotten once bound or gone.
+	// nil until the plugin is made.
+	turnedDown *waits
 }
 
 // newInformerFeed makes a cache and feeds it from an NRT informer and the
@@ -273,6 +277,9 @@ func (f *informerFeed) podUpdated(old, obj interface{}) {
 	f.adoptPlan(obj)
 	if o := asPod(old); o != nil && o.Spec.NodeName == "" {
 		f.foreignBound(obj) // only at binding: status updates follow by the thousand
+		if n := asPod(obj); n != nil && n.Spec.NodeName != "" && f.turnedDown != nil {
+			f.turnedDown.forget(n.UID)
+		}
 	}
 	if o, n := asPod(old), asPod(obj); o != nil && n != nil && !podutil.IsPodTerminal(o) && podutil.IsPodTerminal(n) {
 		f.podEnded(n)
@@ -290,6 +297,9 @@ func (f *informerFeed) podDeleted(obj interface{}) {
 	}
 	f.c.forgetPod(p.UID)
 	f.c.forgetForeign(p.Spec.NodeName, p.UID)
+	if f.turnedDown != nil {
+		f.turnedDown.forget(p.UID)
+	}
 	if podutil.IsPodTerminal(p) {
 		f.recheck(p)
 		return
@@ -393,7 +403,32 @@ func (f *informerFeed) observe(o *v1alpha2.NodeResourceTopology) {
 			counted = pods
 		}
 	}
+	before := c.view(o.Name)
 	c.set(o.Name, o.ResourceVersion, compiled, err, counted)
+	if f.turnedDown != nil {
+		if free, ok := roomGrew(before, c.view(o.Name)); ok {
+			f.turnedDown.roomFor(free)
+		}
+	}
+}
+
+// roomGrew reports whether a node's new view may pass pods its old one
+// turned down (a GPU came free, or the view stopped lagging behind pods
+// placed there), and how many GPUs it has free.
+func roomGrew(old, nv *nodeView) (int, bool) {
+	v, _ := usable(nv)
+	if v == nil {
+		return 0, false
+	}
+	free := v.Free.Count()
+	o, _ := usable(old)
+	switch {
+	case o == nil:
+		return free, true
+	case v.Free&^o.Free != 0, o.stale && !v.stale, o.foreign != "" && v.foreign == "":
+		return free, true
+	}
+	return 0, false
 }
 
 // podsOn is the set of pods the scheduler sees on a node: its pod-set

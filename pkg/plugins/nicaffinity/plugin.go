@@ -7,8 +7,11 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	podreq "github.com/nicaffinity/nicaffinity/pkg/request"
@@ -61,6 +64,9 @@ type NICAffinity struct {
 	scoring *scoring
 	// reader is how pods are read (pkg/request), from args.
 	reader podreq.Config
+	// waits are the pods Filter turned down and the bounded policy's
+	// waits (waits.go).
+	waits *waits
 	// skipMemo is what PreFilter last checked of the snapshot's nodes
 	// (skip.go).
 	skipMemo atomic.Pointer[skipMemo]
@@ -78,6 +84,10 @@ func (pl *NICAffinity) ObjectVersions() map[string]string { return pl.cache.vers
 // New builds the plugin with an informer-backed cache of NodeResourceTopology
 // objects. Bad args fail here, so a misconfigured scheduler does not start.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	return newPlugin(ctx, obj, h, newOptions(nil))
+}
+
+func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, o options) (fwk.Plugin, error) {
 	args, err := ParseArgs(obj)
 	if err != nil {
 		return nil, err
@@ -86,23 +96,42 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	pl, err := NewWithCache(args, h, feed.c)
+	pl, err := newWithCache(args, h, feed.c, o)
 	if err != nil {
 		return nil, err
 	}
 	pl.feed = feed
+	feed.turnedDown = pl.waits
 	return pl, nil
 }
 
 // NewWithCache builds the plugin on a given cache (tests and tools pass a
 // static one), which must have been made for these args (storeConfig).
-func NewWithCache(args *Args, h fwk.Handle, cache *Cache) (*NICAffinity, error) {
+func NewWithCache(args *Args, h fwk.Handle, cache *Cache, opts ...Option) (*NICAffinity, error) {
+	return newWithCache(args, h, cache, newOptions(opts))
+}
+
+func newWithCache(args *Args, h fwk.Handle, cache *Cache, o options) (*NICAffinity, error) {
 	if err := validate(args); err != nil {
 		return nil, err
 	}
 	if cache.scoring == nil {
 		return nil, fmt.Errorf("%s: the cache was not made for the plugin's args", Name)
 	}
-	return &NICAffinity{handle: h, args: args, cache: cache, scoring: cache.scoring,
-		reader: RequestConfig(args)}, nil
+	pl := &NICAffinity{handle: h, args: args, cache: cache, scoring: cache.scoring, reader: RequestConfig(args)}
+	pl.waits = newWaits(o.clock, pl.activate)
+	return pl, nil
 }
+
+// activate hands pods to the scheduling queue (a handle without a queue,
+// in tests of single extension points, has none to hand them to).
+func (pl *NICAffinity) activate(pods map[string]*v1.Pod) {
+	if pl.handle != nil {
+		pl.handle.Activate(klog.Background(), pods)
+	}
+}
+
+// NextRelax is when the next bounded wait ends, for a harness that moves
+// a virtual clock from moment to moment (the simulator): it must stop
+// there, so the pods whose wait ends are retried then.
+func (pl *NICAffinity) NextRelax() (time.Time, bool) { return pl.waits.next() }

@@ -13,7 +13,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	discoveryfake "k8s.io/client-go/discovery/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -432,29 +431,10 @@ func TestSkippedPodThroughLaterPoints(t *testing.T) {
 	pl.Unreserve(t.Context(), cycle, pod, "n")
 }
 
-// TestQueueingHints: the scheduler hands NodeResourceTopology events over as
-// unstructured objects (dynamic informer); pods come back only when the
-// object has enough free GPUs, and the cache sees the object first.
-func TestQueueingHints(t *testing.T) {
+// TestPodDeletedHint: a bound GPU pod that goes requeues; others do not.
+func TestPodDeletedHint(t *testing.T) {
 	pl, _ := newTestPlugin(t, nil)
-	u := &unstructured.Unstructured{}
-	obj := handNRT("n", 0, 1, 2)
-	obj.ResourceVersion = "42"
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Object = m
 	logger := klog.Background()
-	if h, err := pl.isSchedulableAfterNRTChange(logger, makePod("two", 2, nil, rdma, "1"), nil, u); err != nil || h != fwk.Queue {
-		t.Errorf("2-GPU pod, 3 free: %v %v, want Queue", h, err)
-	}
-	if h, _ := pl.isSchedulableAfterNRTChange(logger, makePod("four", 4, nil, rdma, "1"), nil, u); h != fwk.QueueSkip {
-		t.Errorf("4-GPU pod, 3 free: %v, want QueueSkip", h)
-	}
-	if h, _ := pl.isSchedulableAfterNRTChange(logger, makePod("four", 4, nil, rdma, "1"), nil, "garbage"); h != fwk.QueueSkip {
-		t.Errorf("garbage object: %v, want QueueSkip", h)
-	}
 	deleted := makePod("gone", 2, nil, rdma, "1")
 	deleted.Spec.NodeName = "n"
 	if h, _ := pl.isSchedulableAfterPodDeleted(logger, makePod("w", 1, nil), deleted, nil); h != fwk.Queue {

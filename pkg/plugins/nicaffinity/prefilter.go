@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -28,6 +29,10 @@ type preFilterState struct {
 	// every node NodeResourcesFit passes (skip.go); Reserve checks the
 	// chosen node.
 	filterSkipped bool
+	// turnedDown is set by the first Filter call of the cycle that turns
+	// a node down, which notes the pod (waits.go); shared by clones,
+	// since Filter runs on many nodes at once.
+	turnedDown *atomic.Bool
 }
 
 // Clone shares the request, which nothing changes after PreFilter; the plan
@@ -74,12 +79,16 @@ func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v
 	if !ok || !req.RDMA && takesLargestNode(nodes, v1.ResourceName(pl.args.GPUResourceName), int64(req.GPUs)) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
+	if req.Wait > 0 && req.Required && pl.relaxed(cycle, pod, req.Job) {
+		// Its wait for aligned GPUs is over: placed as preferred.
+		req.Required, req.Common = false, false
+	}
 	if req.FollowRails {
 		// The rails the job's pods hold now: in a pod-group cycle, those
 		// of the members reserved before this one.
 		req.JobRails = pl.cache.jobs.rails(req.Job)
 	}
-	st := &preFilterState{req: *req}
+	st := &preFilterState{req: *req, turnedDown: &atomic.Bool{}}
 	if req.RDMA && cycle.IsPodGroupSchedulingCycle() {
 		st.overlays = pl.removedOverlays(nodes)
 	}
@@ -91,6 +100,33 @@ func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v
 	}
 	return pl.vfCandidates(req)
 }
+
+// relaxed reports whether the wait of the pod's job is over. A pod-group
+// cycle asks once for the whole group (the answer is kept in the
+// placement's cycle state), so a gang whose wait ends mid-cycle is not
+// split: its members are placed alike.
+func (pl *NICAffinity) relaxed(cycle fwk.CycleState, pod *v1.Pod, job string) bool {
+	ps := cycle.GetPlacementCycleState()
+	if ps == nil || job == "" {
+		return pl.waits.over(pod, job)
+	}
+	if d, err := ps.Read(relaxKey); err == nil {
+		if r, ok := d.(*relaxState); ok {
+			return r.over
+		}
+	}
+	r := &relaxState{over: pl.waits.over(pod, job)}
+	ps.Write(relaxKey, r)
+	return r.over
+}
+
+const relaxKey fwk.StateKey = "Relax" + Name
+
+// relaxState is a pod group's answer to relaxed for one placement.
+type relaxState struct{ over bool }
+
+// Clone: the answer never changes once given.
+func (r *relaxState) Clone() fwk.StateData { return r }
 
 // vfCandidates narrows a required VF pod's nodes to those offering its VF
 // resources (nodeset.go); nil for every other pod (all nodes). With

@@ -31,6 +31,9 @@ func SetDefaults_NICAffinityArgs(a *NICAffinityArgs) {
 	setString(&a.MissingTopology, config.DefaultMissingTopology)
 	setString(&a.StaleTopology, config.DefaultStaleTopology)
 	setString(&a.AnnotateAt, config.DefaultAnnotateAt)
+	if a.AlignmentWait == nil {
+		a.AlignmentWait = &metav1.Duration{Duration: config.DefaultAlignmentWait}
+	}
 	if a.ReservationTimeout == nil {
 		a.ReservationTimeout = &metav1.Duration{Duration: config.DefaultReservationTimeout}
 	}

@@ -25,8 +25,14 @@ type NICAffinityArgs struct {
 	// GPUDirect RDMA (docs/levels.md).
 	DefaultMaxLevel *string `json:"defaultMaxLevel,omitempty"`
 	// DefaultPolicy applies when the pod has no nicaffinity.io/policy:
-	// required or preferred. Default required.
+	// required (wait for aligned GPUs for ever), preferred (never wait) or
+	// bounded (wait alignmentWait, then place as preferred). Default bounded.
 	DefaultPolicy *string `json:"defaultPolicy,omitempty"`
+	// AlignmentWait is how long a bounded pod waits for aligned GPUs, on
+	// the scheduler's clock from the first time the plugin turned a node
+	// down for it; a pod's nicaffinity.io/alignment-wait overrides it.
+	// 1s to 24h; default 15m.
+	AlignmentWait *metav1.Duration `json:"alignmentWait,omitempty"`
 	// MissingTopology says what a node without a usable NodeResourceTopology
 	// (none, or one that cannot be read) means for pods with a required
 	// level: Reject (default) or Ignore (the node passes and scores lowest).

@@ -56,6 +56,9 @@ func autoConvert_v1_NICAffinityArgs_To_config_NICAffinityArgs(in *NICAffinityArg
 	if err := metav1.Convert_Pointer_string_To_string(&in.DefaultPolicy, &out.DefaultPolicy, s); err != nil {
 		return err
 	}
+	if err := metav1.Convert_Pointer_v1_Duration_To_v1_Duration(&in.AlignmentWait, &out.AlignmentWait, s); err != nil {
+		return err
+	}
 	if err := metav1.Convert_Pointer_string_To_string(&in.MissingTopology, &out.MissingTopology, s); err != nil {
 		return err
 	}
@@ -93,6 +96,9 @@ func autoConvert_config_NICAffinityArgs_To_v1_NICAffinityArgs(in *config.NICAffi
 		return err
 	}
 	if err := metav1.Convert_string_To_Pointer_string(&in.DefaultPolicy, &out.DefaultPolicy, s); err != nil {
+		return err
+	}
+	if err := metav1.Convert_v1_Duration_To_Pointer_v1_Duration(&in.AlignmentWait, &out.AlignmentWait, s); err != nil {
 		return err
 	}
 	if err := metav1.Convert_string_To_Pointer_string(&in.MissingTopology, &out.MissingTopology, s); err != nil {

@@ -39,6 +39,11 @@ func (in *NICAffinityArgs) DeepCopyInto(out *NICAffinityArgs) {
 		*out = new(string)
 		**out = **in
 	}
+	if in.AlignmentWait != nil {
+		in, out := &in.AlignmentWait, &out.AlignmentWait
+		*out = new(metav1.Duration)
+		**out = **in
+	}
 	if in.MissingTopology != nil {
 		in, out := &in.MissingTopology, &out.MissingTopology
 		*out = new(string)

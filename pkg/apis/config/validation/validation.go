@@ -40,7 +40,10 @@ func ValidateNICAffinityArgs(path *field.Path, a *config.NICAffinityArgs) error 
 		errs = append(errs, field.NotSupported(path.Child("defaultMaxLevel"), a.DefaultMaxLevel, []string{"PIX", "PXB", "P2C", "PHB", "NODE", "SYS"}))
 	}
 	if _, err := annotations.ParsePolicy(a.DefaultPolicy); err != nil {
-		errs = append(errs, field.NotSupported(path.Child("defaultPolicy"), a.DefaultPolicy, []string{annotations.PolicyRequired, annotations.PolicyPreferred}))
+		errs = append(errs, field.NotSupported(path.Child("defaultPolicy"), a.DefaultPolicy, []string{annotations.PolicyRequired, annotations.PolicyPreferred, annotations.PolicyBounded}))
+	}
+	if err := annotations.CheckAlignmentWait(a.AlignmentWait.Duration); err != nil {
+		errs = append(errs, field.Invalid(path.Child("alignmentWait"), a.AlignmentWait.Duration.String(), err.Error()))
 	}
 	errs = append(errs, oneOf(path.Child("missingTopology"), a.MissingTopology, config.MissingReject, config.MissingIgnore)...)
 	errs = append(errs, oneOf(path.Child("staleTopology"), a.StaleTopology, config.StaleReserve, config.StaleReject)...)
