@@ -153,9 +153,13 @@ func (o *options) run(ctx context.Context) error {
 			return kube.Pods(metav1.NamespaceAll).Watch(ctx, lo)
 		},
 	}, kube), &corev1.Pod{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	orders := allocproxy.NewBindingOrders(o.nodeName)
+	if _, err := informer.AddEventHandler(orders.Handler()); err != nil {
+		return err
+	}
 	go informer.RunWithContext(ctx)
 
-	proxy := allocproxy.New(cfg, allocproxy.PodPlans{Node: o.nodeName, Lister: corelisters.NewPodLister(informer.GetIndexer())},
+	proxy := allocproxy.New(cfg, allocproxy.PodPlans{Node: o.nodeName, Lister: corelisters.NewPodLister(informer.GetIndexer()), Orders: orders},
 		allocproxy.PodResourcesHeld{Source: src}, recorder, nil)
 	if o.metricsAddr != "" {
 		mux := http.NewServeMux()

@@ -19,6 +19,9 @@ import (
 type PodPlans struct {
 	Node   string
 	Lister corelisters.PodLister
+	// Orders are the pods' binding orders (nil: each pod's current
+	// resourceVersion, which its owner can move).
+	Orders *BindingOrders
 }
 
 // Candidates lists the node's live pods: those with a plan, and the others
@@ -30,11 +33,17 @@ func (pp PodPlans) Candidates() []Candidate {
 	}
 	var out []Candidate
 	for _, pod := range pods {
-		if c, ok := CandidateOf(pp.Node, pod); ok {
-			out = append(out, c)
-		} else if c, ok := unplannedOf(pp.Node, pod); ok {
-			out = append(out, c)
+		c, ok := CandidateOf(pp.Node, pod)
+		if !ok {
+			c, ok = unplannedOf(pp.Node, pod)
 		}
+		if !ok {
+			continue
+		}
+		if pp.Orders != nil {
+			c.Order = pp.Orders.of(c.UID, c.Order)
+		}
+		out = append(out, c)
 	}
 	return out
 }

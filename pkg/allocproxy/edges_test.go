@@ -4,9 +4,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 
@@ -146,5 +150,48 @@ func TestCandidateSetsIBHCA(t *testing.T) {
 				t.Errorf("candidate %v, SetsIBHCA %v; want %v", ok, c.SetsIBHCA, tc.want)
 			}
 		})
+	}
+}
+
+// TestOwnerCannotReorder: a pod's owner who bumps its pod's
+// resourceVersion after the binding (a label patch) does not move it
+// among the candidates: the order is the binding's, as the informer first
+// saw it bound. Without the binding orders it would move.
+func TestOwnerCannotReorder(t *testing.T) {
+	plan := annotations.Marshal(annotations.Allocation{Node: "n", GPUs: []string{"0000:15:00.0"}})
+	pod := func(name, rv string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name, UID: types.UID("uid-" + name), ResourceVersion: rv,
+			Annotations: map[string]string{annotations.AllocationKey: plan}},
+			Spec: corev1.PodSpec{NodeName: "n", Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}}}}
+	}
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	orders := NewBindingOrders("n")
+	h := orders.Handler()
+	a, b := pod("a", "100"), pod("b", "101")
+	for _, p := range []*corev1.Pod{a, b} {
+		_ = idx.Add(p)
+		h.OnAdd(p, false)
+	}
+	bumped := pod("a", "200")
+	_ = idx.Update(bumped)
+	h.OnUpdate(a, bumped)
+	orderOf := func(pp PodPlans) map[string]uint64 {
+		got := map[string]uint64{}
+		for _, c := range pp.Candidates() {
+			got[c.Name] = c.Order
+		}
+		return got
+	}
+	lister := corelisters.NewPodLister(idx)
+	if diff := cmp.Diff(map[string]uint64{"a": 100, "b": 101}, orderOf(PodPlans{Node: "n", Lister: lister, Orders: orders})); diff != "" {
+		t.Errorf("binding orders (-want,+got):\n%s", diff)
+	}
+	if got := orderOf(PodPlans{Node: "n", Lister: lister}); got["a"] != 200 {
+		t.Errorf("without binding orders a's order is %d: the negative check wants the bump (200) to show", got["a"])
+	}
+	h.OnDelete(bumped)
+	if o := orders.of(bumped.UID, 7); o != 7 {
+		t.Errorf("a deleted pod's order was kept: %d", o)
 	}
 }

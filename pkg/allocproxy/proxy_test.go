@@ -795,6 +795,48 @@ func TestProxySetsIBHCA(t *testing.T) {
 	}
 }
 
+// TestProxyIBHCAOnlyForItsPod: NCCL_IB_HCA goes with the Allocate that
+// follows its plan's handout, once. When the planned pod ends and another
+// tenant's unplanned pod is given the same devices (the kubelet asks no
+// preference when the devices left are exactly the size), or a VF pod is
+// given the PF plan's GPUs, that container gets none of the first pod's
+// value.
+func TestProxyIBHCAOnlyForItsPod(t *testing.T) {
+	e := startEnv(t)
+	e.kubelet.plugin(gpuRes)
+	env := func(pod, res string) string {
+		e.kubelet.mu.Lock()
+		defer e.kubelet.mu.Unlock()
+		return e.kubelet.envs[pod+"/"+res][EnvIBHCA]
+	}
+	e.plan("a", 1, []int{2, 3}, 0)
+	got := e.kubelet.admit("ml/a", gpuRes, 2)
+	if v := env("ml/a", gpuRes); v != "=mlx5_2:1,mlx5_3:2" {
+		t.Fatalf("pod a: NCCL_IB_HCA %q, want its plan's", v)
+	}
+	// Pod a ends; another tenant's pod is given a's devices with no
+	// preference asked, well within the claim TTL.
+	e.plans.mu.Lock()
+	e.plans.cands = nil
+	e.plans.mu.Unlock()
+	e.kubelet.allocate("other/b", gpuRes, got)
+	if v := env("other/b", gpuRes); v != "" {
+		t.Errorf("another tenant's pod on the same devices got NCCL_IB_HCA %q (pod a's)", v)
+	}
+	// A VF pod's GPUs equal to a PF plan's handed out just before to a
+	// container whose Allocate never came: none either.
+	e.plan("c", 2, []int{0, 1}, 0)
+	ids := e.kubelet.preferred(gpuRes, 2)
+	e.plans.mu.Lock()
+	e.plans.cands = nil
+	e.plans.mu.Unlock()
+	e.kubelet.allocate("ml/somethingelse", gpuRes, ids[:1])
+	e.kubelet.allocate("other/vf", gpuRes, ids)
+	if v := env("other/vf", gpuRes); v != "" {
+		t.Errorf("a pod allocated after another container's Allocate got NCCL_IB_HCA %q", v)
+	}
+}
+
 // TestProxyWaitsForLatePlan: a plan the proxy's informer brings only after
 // the kubelet asked (both watch the same binding) is still followed, if it
 // comes within PlanWait.

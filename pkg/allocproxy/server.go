@@ -165,8 +165,14 @@ type Proxy struct {
 	mu      sync.Mutex
 	fronts  map[string]*front
 	claimed map[string]time.Time // namespace/name/resource -> when its plan was handed out
-	// handed are the plans handed to the kubelet, by resource and sorted
-	// device IDs, so that Allocate knows whose plan it allocates.
+	// handed is, per resource, the plan last handed to the kubelet and
+	// not yet allocated, so that the Allocate that follows knows whose
+	// plan it allocates. The kubelet admits one pod at a time and, per
+	// container, asks GetPreferredAllocation, then Allocate: the next
+	// Allocate of the resource is that container's. A handout serves that
+	// one Allocate only, and only for exactly its devices: a later pod that
+	// is given the same devices (the planned pod ended, an unplanned one
+	// came) gets no NCCL_IB_HCA of another pod's plan.
 	handed map[string]handout
 	now    func() time.Time
 }
@@ -174,6 +180,8 @@ type Proxy struct {
 // handout is a plan handed to the kubelet for one resource.
 type handout struct {
 	pod Candidate
+	// key is the resource and the plan's sorted devices (handoutKey).
+	key string
 	at  time.Time
 }
 
@@ -823,7 +831,11 @@ func (s *frontServer) Allocate(ctx context.Context, req *pluginapi.AllocateReque
 		resp, err = v.Allocate(ctx, req)
 		return err
 	})
-	if err != nil || !s.f.fronted {
+	if !s.f.fronted {
+		return resp, err
+	}
+	if err != nil {
+		s.f.p.takeHandout(s.f.resource, nil) // that container's plan is spent
 		return resp, err
 	}
 	s.f.p.setIBHCA(s.f, req, resp)
@@ -844,7 +856,7 @@ func (p *Proxy) setIBHCA(f *front, req *pluginapi.AllocateRequest, resp *plugina
 		if _, set := out.Envs[EnvIBHCA]; set {
 			continue
 		}
-		h, ok := p.handoutOf(f.resource, cr.GetDevicesIds())
+		h, ok := p.takeHandout(f.resource, cr.GetDevicesIds())
 		if !ok || h.pod.SetsIBHCA {
 			continue
 		}
@@ -901,25 +913,23 @@ func handoutKey(resource string, ids []string) string {
 	return resource + "\x00" + strings.Join(slices.Sorted(slices.Values(ids)), "\x00")
 }
 
-// recordHandout remembers whose plan the devices ids of resource are.
+// recordHandout remembers whose plan the devices ids of resource are,
+// for the Allocate that follows; it replaces the resource's last one.
 func (p *Proxy) recordHandout(resource string, ids []string, pod Candidate) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := p.now()
-	for k, h := range p.handed {
-		if now.Sub(h.at) > p.cfg.ClaimTTL {
-			delete(p.handed, k)
-		}
-	}
-	p.handed[handoutKey(resource, ids)] = handout{pod: pod, at: now}
+	p.handed[resource] = handout{pod: pod, key: handoutKey(resource, ids), at: p.now()}
 }
 
-// handoutOf is the plan handed out for exactly these devices, if any.
-func (p *Proxy) handoutOf(resource string, ids []string) (handout, bool) {
+// takeHandout is the plan last handed out for resource, if it names
+// exactly these devices and is recent (ClaimTTL); it is used up either
+// way: the kubelet's next Allocate of the resource is another container's.
+func (p *Proxy) takeHandout(resource string, ids []string) (handout, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	h, ok := p.handed[handoutKey(resource, ids)]
-	return h, ok && p.now().Sub(h.at) <= p.cfg.ClaimTTL
+	h, ok := p.handed[resource]
+	delete(p.handed, resource)
+	return h, ok && h.key == handoutKey(resource, ids) && p.now().Sub(h.at) <= p.cfg.ClaimTTL
 }
 
 func (s *frontServer) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
