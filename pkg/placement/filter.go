@@ -43,7 +43,7 @@ func Fit(n *Node, req *Request, steps *int) Verdict {
 	}
 	if req.RDMA && req.Rails == annotations.PolicyRequired && !n.RailsFit(req, li) {
 		return Verdict{Reason: ReasonRails, Message: fmt.Sprintf("not enough free GPUs at %s or closer on the rails of the pod's job (%s; nicaffinity.io/rails: required)",
-			n.C.Shown(topology.Levels[li]), strings.Join(req.JobRails, ", "))}
+			n.C.Shown(topology.Levels[li]), railList(req.JobRails))}
 	}
 	return Verdict{Fits: true}
 }
@@ -112,4 +112,14 @@ func BlockedCause(n *Node, level topology.Level) string {
 		reasons = append(reasons[:2], fmt.Sprintf("%d more", len(reasons)-2))
 	}
 	return "; GPUDirect RDMA impossible on closer paths: " + strings.Join(reasons, ", ")
+}
+
+// railList names at most shownRails rails: a rejection's reason is
+// written per rejected node and must stay short whatever a job holds.
+func railList(rails []string) string {
+	const shownRails = 8
+	if len(rails) <= shownRails {
+		return strings.Join(rails, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(rails[:shownRails], ", "), len(rails)-shownRails)
 }

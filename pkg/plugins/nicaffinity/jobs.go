@@ -1,7 +1,9 @@
 package nicaffinity
 
 import (
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -17,33 +19,46 @@ import (
 // Invariants:
 //   - jobs are keyed namespace/name (request.Job.Key): a pod can only ever
 //     join, steer or stall a job of its own namespace;
-//   - a job's rails are the union of its pods' rails, sorted, replaced
-//     whole on every change, so a reader's slice never changes under it;
-//   - a job goes when its last pod goes; at most maxJobs jobs and
-//     maxJobPods pods a job are tracked, so a tenant creating jobs or pods
-//     without end cannot grow the store without bound (past the caps, new
-//     jobs and pods are placed as jobs of one).
+//   - a job's rails are the union of its pods' rails (counted, so a change
+//     costs the pod's rails, not the job's), sorted, replaced whole on
+//     every change, so a reader's slice never changes under it;
+//   - a job goes when its last pod goes. Each namespace has at most
+//     maxNamespaceJobs jobs, a job maxJobPods pods and maxJobRails rails;
+//     past a cap, the namespace's further jobs (or the job's further pods,
+//     or rails) are not recorded and are placed as jobs of one: a tenant
+//     creating jobs without end fills its own share only, and no
+//     namespace's jobs can evict or block another's. maxJobs bounds the
+//     whole store as the last line (a cluster of more than maxJobs /
+//     maxNamespaceJobs busy namespaces).
 type jobRails struct {
 	mu    sync.Mutex
 	jobs  map[string]*jobEntry
 	podOf map[types.UID]string
-	// full is logged once per time the cap is reached.
-	full bool
+	// perNS counts each namespace's jobs.
+	perNS map[string]int
+	// full is logged once per namespace per time its cap is reached.
+	full map[string]bool
 }
 
 type jobEntry struct {
-	pods  map[types.UID][]string
+	pods map[types.UID][]string
+	// count is how many of the job's pods hold each rail.
+	count map[string]int
 	rails []string
 }
 
 // Caps of the job store.
 const (
-	maxJobs    = 10_000
-	maxJobPods = 10_000
+	maxJobs          = 100_000
+	maxNamespaceJobs = 2_000
+	maxJobPods       = 10_000
+	// maxJobRails bounds a job's rails: a rail-optimized fabric has one
+	// rail per NIC of a node (8, 16 at most today).
+	maxJobRails = 64
 )
 
 func newJobRails() *jobRails {
-	return &jobRails{jobs: map[string]*jobEntry{}, podOf: map[types.UID]string{}}
+	return &jobRails{jobs: map[string]*jobEntry{}, podOf: map[types.UID]string{}, perNS: map[string]int{}, full: map[string]bool{}}
 }
 
 // rails is the union of the rails job's pods hold (nil for none).
@@ -59,8 +74,15 @@ func (j *jobRails) rails(job string) []string {
 	return nil
 }
 
+// namespaceOf is the namespace of a job key (namespace/name).
+func namespaceOf(job string) string {
+	ns, _, _ := strings.Cut(job, "/")
+	return ns
+}
+
 // add records that pod of job holds rails (a pod of no job, or one whose
-// plan names no rail, is not recorded).
+// plan names no rail, is not recorded). Its cost grows with the pod's
+// rails and the job's (at most maxJobRails), never with the job's pods.
 func (j *jobRails) add(job string, pod types.UID, rails []string) {
 	if job == "" || len(rails) == 0 {
 		return
@@ -72,25 +94,59 @@ func (j *jobRails) add(job string, pod types.UID, rails []string) {
 	}
 	e := j.jobs[job]
 	if e == nil {
-		if len(j.jobs) >= maxJobs {
-			if !j.full {
-				klog.InfoS("Job rails store is full; pods of further jobs are placed without their job's rails", "jobs", len(j.jobs))
-				j.full = true
+		ns := namespaceOf(job)
+		if j.perNS[ns] >= maxNamespaceJobs || len(j.jobs) >= maxJobs {
+			if !j.full[ns] {
+				klog.InfoS("Job rails store is full for this namespace; pods of its further jobs are placed without their job's rails", "namespace", ns, "jobs", j.perNS[ns])
+				j.full[ns] = true
 			}
 			return
 		}
-		e = &jobEntry{pods: map[types.UID][]string{}}
+		e = &jobEntry{pods: map[types.UID][]string{}, count: map[string]int{}}
 		j.jobs[job] = e
+		j.perNS[ns]++
 	}
-	if old, ok := e.pods[pod]; ok && slices.Equal(old, rails) {
+	old, had := e.pods[pod]
+	if had && slices.Equal(old, rails) {
 		return
 	}
-	if _, ok := e.pods[pod]; !ok && len(e.pods) >= maxJobPods {
+	if !had && len(e.pods) >= maxJobPods {
 		return
 	}
-	e.pods[pod] = slices.Clone(rails)
+	kept := make([]string, 0, min(len(rails), maxJobRails))
+	added := 0 // rails new to the job among kept
+	for _, r := range rails {
+		switch {
+		case e.count[r] > 0 || slices.Contains(old, r):
+			kept = append(kept, r)
+		case len(e.count)+added < maxJobRails:
+			kept = append(kept, r)
+			added++
+		}
+	}
+	changed := e.release(old)
+	for _, r := range kept {
+		if e.count[r]++; e.count[r] == 1 {
+			changed = true
+		}
+	}
+	e.pods[pod] = kept
 	j.podOf[pod] = job
-	e.rails = unionRails(e.pods)
+	if changed {
+		e.rails = slices.Sorted(maps.Keys(e.count))
+	}
+}
+
+// release uncounts a pod's rails and reports whether a rail went.
+func (e *jobEntry) release(rails []string) bool {
+	gone := false
+	for _, r := range rails {
+		if e.count[r]--; e.count[r] <= 0 {
+			delete(e.count, r)
+			gone = true
+		}
+	}
+	return gone
 }
 
 // drop forgets pod; its job goes with its last pod.
@@ -107,13 +163,20 @@ func (j *jobRails) dropLocked(pod types.UID) {
 	}
 	delete(j.podOf, pod)
 	e := j.jobs[job]
+	gone := e.release(e.pods[pod])
 	delete(e.pods, pod)
 	if len(e.pods) == 0 {
 		delete(j.jobs, job)
-		j.full = false
+		ns := namespaceOf(job)
+		if j.perNS[ns]--; j.perNS[ns] <= 0 {
+			delete(j.perNS, ns)
+		}
+		delete(j.full, ns)
 		return
 	}
-	e.rails = unionRails(e.pods)
+	if gone {
+		e.rails = slices.Sorted(maps.Keys(e.count))
+	}
 }
 
 // size is how many jobs and pods the store tracks.
@@ -121,19 +184,6 @@ func (j *jobRails) size() (jobs, pods int) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return len(j.jobs), len(j.podOf)
-}
-
-func unionRails(pods map[types.UID][]string) []string {
-	var out []string
-	for _, rs := range pods {
-		for _, r := range rs {
-			if !slices.Contains(out, r) {
-				out = append(out, r)
-			}
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 // railRoom is, per rail, how many free GPUs are at level index li or
