@@ -1,8 +1,6 @@
 package placement
 
 import (
-	"time"
-
 	podreq "github.com/nicaffinity/nicaffinity/pkg/request"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
@@ -16,10 +14,11 @@ type Request struct {
 	VFs      []VF
 	MaxLevel topology.Level
 	Required bool
-	// Wait is how long a bounded pod waits for aligned GPUs (0 for other
-	// pods): placement decides by Required alone, which the scheduler
-	// clears once the wait is over.
-	Wait time.Duration
+	// Bounded: the pod waits for aligned GPUs for a bounded time
+	// (policy bounded). Placement decides by Required alone, which the
+	// scheduler clears once the wait is over; how long it is, and the
+	// clock, are the scheduler's.
+	Bounded bool
 	// NCCL is the pod's NCCL environment that set MaxLevel, for messages.
 	NCCL string
 	// Job is the pod's job (namespace/name), "" for a job of one.
@@ -52,7 +51,7 @@ type VF struct {
 // FromPod is the Request of a pod as pkg/request read it with cfg; the
 // job's rails (JobRails, RailRoom) are the caller's to add.
 func FromPod(r podreq.Request, cfg podreq.Config) Request {
-	req := Request{GPUs: r.GPUs, RDMA: r.RDMA, MaxLevel: r.MaxLevel, Required: r.Required, Wait: r.Wait, NCCL: r.NCCL, Job: r.Job.Key(),
+	req := Request{GPUs: r.GPUs, RDMA: r.RDMA, MaxLevel: r.MaxLevel, Required: r.Required, Bounded: r.Wait > 0, NCCL: r.NCCL, Job: r.Job.Key(),
 		Rails: r.Rails, FollowRails: r.FollowsRails(), Common: r.Defaulted(cfg)}
 	for _, vf := range r.VFs {
 		req.VFs = append(req.VFs, VF{Resource: vf.Resource, Count: vf.Count})

@@ -24,7 +24,7 @@ func (pl *NICAffinity) Filter(_ context.Context, cycle fwk.CycleState, pod *v1.P
 	st := pl.filterNode(s, nodeInfo.Node().Name)
 	if st != nil && pod != nil && s.turnedDown != nil && s.turnedDown.CompareAndSwap(false, true) {
 		// The pod waits for aligned GPUs from now, if it did not already.
-		pl.waits.note(pod, s.req.Job, s.req.GPUs, s.req.Wait)
+		pl.waits.note(pod, s.req.Job, s.req.GPUs, s.wait)
 	}
 	return st
 }

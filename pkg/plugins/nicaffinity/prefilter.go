@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -29,6 +30,8 @@ type preFilterState struct {
 	// every node NodeResourcesFit passes (skip.go); Reserve checks the
 	// chosen node.
 	filterSkipped bool
+	// wait is how long the pod waits for aligned GPUs (policy bounded).
+	wait time.Duration
 	// turnedDown is set by the first Filter call of the cycle that turns
 	// a node down, which notes the pod (waits.go); shared by clones,
 	// since Filter runs on many nodes at once.
@@ -57,12 +60,19 @@ func (s *preFilterState) Clone() fwk.StateData {
 // plugin, kubectl and doctor share (pkg/request). ok is false without
 // GPUs. The error is a bad annotation, named.
 func (pl *NICAffinity) podRequest(pod *v1.Pod) (*request, bool, error) {
+	req, _, ok, err := pl.readRequest(pod)
+	return req, ok, err
+}
+
+// readRequest is podRequest with how long the pod waits for aligned GPUs
+// (policy bounded; 0 for other pods).
+func (pl *NICAffinity) readRequest(pod *v1.Pod) (*request, time.Duration, bool, error) {
 	r, ok, err := podreq.Read(pod, pl.reader)
 	if err != nil || !ok {
-		return nil, false, err
+		return nil, 0, false, err
 	}
 	req := placement.FromPod(r, pl.reader)
-	return &req, true, nil
+	return &req, r.Wait, true, nil
 }
 
 // PreFilter computes the request. Pods without GPUs, and pods without RDMA
@@ -72,14 +82,14 @@ func (pl *NICAffinity) podRequest(pod *v1.Pod) (*request, bool, error) {
 // Filter applies its level to every GPU and Score prefers nodes where every
 // GPU has its NIC.
 func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	req, ok, err := pl.podRequest(pod)
+	req, wait, ok, err := pl.readRequest(pod)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	if !ok || !req.RDMA && takesLargestNode(nodes, v1.ResourceName(pl.args.GPUResourceName), int64(req.GPUs)) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	if req.Wait > 0 && req.Required && pl.relaxed(cycle, pod, req.Job) {
+	if req.Bounded && req.Required && pl.relaxed(cycle, pod, req.Job) {
 		// Its wait for aligned GPUs is over: placed as preferred.
 		req.Required, req.Common = false, false
 	}
@@ -88,7 +98,7 @@ func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v
 		// of the members reserved before this one.
 		req.JobRails = pl.cache.jobs.rails(req.Job)
 	}
-	st := &preFilterState{req: *req, turnedDown: &atomic.Bool{}}
+	st := &preFilterState{req: *req, wait: wait, turnedDown: &atomic.Bool{}}
 	if req.RDMA && cycle.IsPodGroupSchedulingCycle() {
 		st.overlays = pl.removedOverlays(nodes)
 	}

@@ -52,7 +52,7 @@ func (pl *NICAffinity) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragme
 		// them is no answer for the next.
 		return nil, fwk.NewStatus(fwk.Unschedulable, "a pod of a multi-pod job is placed on its job's rails, which change as its pods are placed")
 	}
-	required := req.Required && (req.Wait == 0 || !pl.waits.over(pod, req.Job)) // as PreFilter will read it
+	required := req.Required && (!req.Bounded || !pl.waits.over(pod, req.Job)) // as PreFilter will read it
 	sig := signature{GPUs: req.GPUs, RDMA: req.RDMA, MaxLevel: req.MaxLevel.String(), Required: required, NCCL: req.NCCL, Job: req.Job}
 	for _, vf := range req.VFs {
 		sig.VFs = append(sig.VFs, signedVFs{Resource: vf.Resource, Count: vf.Count})
