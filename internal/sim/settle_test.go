@@ -132,7 +132,7 @@ func TestUnsettledReadsOneSnapshot(t *testing.T) {
 				fake.deliver = freeNode
 			}
 			r := &replayer{
-				sched: fake, col: Columns[0], p: &Plan{info: []nodeInfo{{Name: node}}}, alive: map[string]bool{},
+				sched: fake, col: columnNamed("required+proxy"), p: &Plan{info: []nodeInfo{{Name: node}}}, alive: map[string]bool{},
 				podStore: podStore, nrtStore: nrtStore, groupStore: cache.NewStore(cache.MetaNamespaceKeyFunc),
 				podView: podView, nrtView: nrtView, groupView: schedulerrun.NewView(nil),
 			}

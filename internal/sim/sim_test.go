@@ -412,11 +412,11 @@ func TestSummarizeByHand(t *testing.T) {
 
 func handReport() *Report {
 	recs, nodes, end := handRun()
-	rep := &Report{Workload: WorkloadSpec{Jobs: 5}, Nodes: 2, GPUs: 6, AlignedGPUs: 3, Columns: []Column{Columns[2], Columns[4]}}
+	rep := &Report{Workload: WorkloadSpec{Jobs: 5}, Nodes: 2, GPUs: 6, AlignedGPUs: 3, Columns: []Column{columnNamed("required (advice)"), columnNamed("default-scheduler")}}
 	plan := &Plan{Workload: rep.Workload, bound: Bound{RDMAJobs: 4, Alignable: 4, Jobs: 3, Share: 0.75}}
-	first := summarize(Columns[2].Name, recs, nodes, end)
+	first := summarize(columnNamed("required (advice)").Name, recs, nodes, end)
 	recs[0].Pods[0].Observed = nil // the second scheduler never saw A checked
-	if err := rep.Add(plan, []Result{first, summarize(Columns[4].Name, recs, nodes, end)}); err != nil {
+	if err := rep.Add(plan, []Result{first, summarize(columnNamed("default-scheduler").Name, recs, nodes, end)}); err != nil {
 		panic(err)
 	}
 	rep.Finish()
@@ -840,7 +840,7 @@ func TestDeterminism(t *testing.T) {
 	if multi == 0 {
 		t.Fatalf("the seed draws no multi-pod job: %+v", p.jobs)
 	}
-	cols := []Column{Columns[0], Columns[3], Columns[4]}
+	cols := []Column{columnNamed("required+proxy"), columnNamed("gangs+rails"), columnNamed("default-scheduler")}
 	idle := runColumns(t, p, cols, nil)
 	stop := hog()
 	busy := runColumns(t, p, cols, nil)
@@ -922,4 +922,15 @@ func TestPoolsTakeCatalogueNames(t *testing.T) {
 	if _, err := (Pool{Name: "p", Count: 1, Machine: "half-nics"}).node(); err == nil || !strings.Contains(err.Error(), `is called "half-nic-8gpu-2nic" now`) {
 		t.Errorf("former name: %v", err)
 	}
+}
+
+// columnNamed is the column of that name (tests name columns, not
+// positions: Columns' order is the report's, and changes).
+func columnNamed(name string) Column {
+	for _, c := range Columns {
+		if c.Name == name {
+			return c
+		}
+	}
+	panic("no column " + name)
 }

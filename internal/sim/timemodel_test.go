@@ -100,7 +100,7 @@ func TestRuntimeBands(t *testing.T) {
 // change against the default scheduler is paired by run, and the table
 // prints both.
 func TestRunsMedianAndRange(t *testing.T) {
-	rep := &Report{Workload: WorkloadSpec{Jobs: 10, Arrival: ArrivalBacklog}, Columns: []Column{Columns[0], Columns[4]}}
+	rep := &Report{Workload: WorkloadSpec{Jobs: 10, Arrival: ArrivalBacklog}, Columns: []Column{columnNamed("required+proxy"), columnNamed("default-scheduler")}}
 	// Makespans per run: required+proxy 3, 1, 2, 8; default 4, 2, 2, 8.
 	for i, m := range [][2]float64{{3, 4}, {1, 2}, {2, 2}, {8, 8}} {
 		rep.Add(&Plan{Workload: WorkloadSpec{Seed: int64(i + 1)}, bound: Bound{Jobs: 5 + i}}, []Result{
@@ -177,7 +177,7 @@ func TestStatOf(t *testing.T) {
 // TestVerdictNoClearWinner: a change against the default scheduler that
 // takes both signs over the runs is reported as no difference.
 func TestVerdictNoClearWinner(t *testing.T) {
-	rep := &Report{Workload: WorkloadSpec{Jobs: 1, Arrival: ArrivalBacklog}, Columns: []Column{Columns[1], Columns[4]}}
+	rep := &Report{Workload: WorkloadSpec{Jobs: 1, Arrival: ArrivalBacklog}, Columns: []Column{columnNamed("preferred+proxy"), columnNamed("default-scheduler")}}
 	for i, m := range [][2]float64{{5, 5.2}, {6, 5.9}, {5.5, 5.6}} {
 		rep.Add(&Plan{Workload: WorkloadSpec{Seed: int64(i)}}, []Result{{Jobs: 1, Finished: 1, MakespanHours: m[0]}, {Jobs: 1, Finished: 1, MakespanHours: m[1]}})
 	}
@@ -188,7 +188,7 @@ func TestVerdictNoClearWinner(t *testing.T) {
 		t.Errorf("verdict %q", rep.Verdict)
 	}
 	// Later in every run: the verdict says no column is sooner.
-	rep = &Report{Workload: WorkloadSpec{Jobs: 1, Arrival: ArrivalBacklog}, Columns: []Column{Columns[1], Columns[4]}}
+	rep = &Report{Workload: WorkloadSpec{Jobs: 1, Arrival: ArrivalBacklog}, Columns: []Column{columnNamed("preferred+proxy"), columnNamed("default-scheduler")}}
 	for i, m := range [][2]float64{{5.5, 5.2}, {6, 5.9}} {
 		if err := rep.Add(&Plan{Workload: WorkloadSpec{Seed: int64(i)}}, []Result{{Jobs: 1, Finished: 1, MakespanHours: m[0]}, {Jobs: 1, Finished: 1, MakespanHours: m[1]}}); err != nil {
 			t.Fatal(err)

@@ -109,7 +109,11 @@ func TestRunTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Run(context.Background(), p, Columns[0], nil)
+	cols, err := ColumnsNamed([]string{"required+proxy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Run(context.Background(), p, cols[0], nil)
 	if err != nil {
 		t.Fatal(err)
 	}
