@@ -43,6 +43,8 @@ type informerFeed struct {
 	// requeued when an object brings room, forgotten once bound or gone.
 	// nil until the plugin is made.
 	turnedDown *waits
+	// held is the plugin's parse of what pods hold: a deleted pod's goes.
+	held *heldCache
 }
 
 // newInformerFeed makes a cache and feeds it from an NRT informer and the
@@ -300,6 +302,9 @@ func (f *informerFeed) podDeleted(obj interface{}) {
 	if f.turnedDown != nil {
 		f.turnedDown.forget(p.UID)
 	}
+	if f.held != nil {
+		f.held.forget(p.UID)
+	}
 	if podutil.IsPodTerminal(p) {
 		f.recheck(p)
 		return
@@ -332,8 +337,8 @@ func (f *informerFeed) podEnded(p *v1.Pod) {
 	if v == nil || v.C == nil || v.C.Fingerprint == "" {
 		return
 	}
-	ids := observedGPUs(p)
-	if len(ids) == 0 && !f.c.reserving(node) {
+	observed := f.held.observedGPUs(v.C, p)
+	if observed == 0 && !f.c.reserving(node) {
 		return
 	}
 	fp, counted := f.podsOn(node)
@@ -341,8 +346,8 @@ func (f *informerFeed) podEnded(p *v1.Pod) {
 		f.c.confirm(node, fp, counted)
 		return
 	}
-	if len(ids) > 0 {
-		f.c.release(node, v.C.ResourceVersion, p.UID, busSet(v.C, ids))
+	if observed != 0 {
+		f.c.release(node, v.C.ResourceVersion, p.UID, observed)
 	}
 }
 

@@ -67,6 +67,9 @@ type NICAffinity struct {
 	// waits are the pods Filter turned down and the bounded policy's
 	// waits (waits.go).
 	waits *waits
+	// held is what GPUs each pod holds, parsed once per pod version
+	// (held.go).
+	held *heldCache
 	// skipMemo is what PreFilter last checked of the snapshot's nodes
 	// (skip.go).
 	skipMemo atomic.Pointer[skipMemo]
@@ -101,7 +104,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, o options)
 		return nil, err
 	}
 	pl.feed = feed
-	feed.turnedDown = pl.waits
+	feed.turnedDown, feed.held = pl.waits, pl.held
 	return pl, nil
 }
 
@@ -120,6 +123,7 @@ func newWithCache(args *Args, h fwk.Handle, cache *Cache, o options) (*NICAffini
 	}
 	pl := &NICAffinity{handle: h, args: args, cache: cache, scoring: cache.scoring, reader: RequestConfig(args)}
 	pl.waits = newWaits(o.clock, pl.activate)
+	pl.held = newHeldCache()
 	return pl, nil
 }
 

@@ -6,9 +6,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
-	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
-	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
 
 // overlay is what preemption's what-if changes on one node: the GPUs the
@@ -46,7 +44,7 @@ func (pl *NICAffinity) change(cycle fwk.CycleState, pod *v1.Pod, nodeInfo fwk.No
 	if v == nil {
 		return nil
 	}
-	gpus := heldGPUs(v.C, pod, node)
+	gpus := pl.held.gpus(v.C, pod, node)
 	if gpus == 0 {
 		return nil
 	}
@@ -63,59 +61,6 @@ func (pl *NICAffinity) change(cycle fwk.CycleState, pod *v1.Pod, nodeInfo fwk.No
 	}
 	s.overlays[node] = o
 	return nil
-}
-
-// heldGPUs are the GPUs of c a pod holds on node: those the exporter
-// observed it holding, else those of its plan. A pod with neither (placed
-// by another scheduler and not yet observed) holds GPUs nobody can name:
-// none are counted, so preemption never counts on them.
-func heldGPUs(c *nrt.Compiled, pod *v1.Pod, node string) nrt.GPUSet {
-	busIDs := observedGPUs(pod)
-	if busIDs == nil {
-		if s, ok := pod.Annotations[annotations.AllocationKey]; ok {
-			if p, err := annotations.ParseAllocation(s); err == nil && p.Node == node {
-				busIDs = p.GPUs
-			}
-		}
-	}
-	return busSet(c, busIDs)
-}
-
-// busSet is the set of c's GPUs with the given PCI addresses (in any
-// spelling NormalizeBusID reads; others are ignored).
-func busSet(c *nrt.Compiled, busIDs []string) nrt.GPUSet {
-	var set nrt.GPUSet
-	for _, id := range busIDs {
-		addr, err := topology.NormalizeBusID(id)
-		if err != nil {
-			continue
-		}
-		for g := range c.GPUs {
-			if c.GPUs[g].BusID == addr {
-				set |= 1 << g
-			}
-		}
-	}
-	return set
-}
-
-// observedGPUs are the bus IDs of the GPUs the exporter observed pod
-// holding (nil without a readable observation). Only the exporter of the
-// pod's node can write the annotation (docs/security.md).
-func observedGPUs(pod *v1.Pod) []string {
-	s, ok := pod.Annotations[annotations.ObservedKey]
-	if !ok {
-		return nil
-	}
-	o, err := annotations.ParseObserved(s)
-	if err != nil {
-		return nil
-	}
-	var busIDs []string
-	for _, g := range o.GPUs {
-		busIDs = append(busIDs, g.BusID)
-	}
-	return busIDs
 }
 
 // withOverlay is v as preemption's what-if sees it: its free GPUs changed,

@@ -53,7 +53,7 @@ func (pl *NICAffinity) removedOverlays(nodes []fwk.NodeInfo) map[string]overlay 
 }
 
 // freedOn is what the pods the apiserver has on the node, and the snapshot
-// does not, hold (observed, else planned: heldGPUs), less every GPU this
+// does not, hold (observed, else planned: heldCache), less every GPU this
 // scheduler has reserved there (an earlier member of the group may have
 // planned onto a victim's GPUs already). Pods that ended are left out:
 // their GPUs show free once the node's object catches up.
@@ -73,7 +73,7 @@ func (pl *NICAffinity) freedOn(ni fwk.NodeInfo, v *nodeView) nrt.GPUSet {
 		if !ok || in[p.UID] || podutil.IsPodTerminal(p) {
 			continue
 		}
-		freed |= heldGPUs(v.C, p, node)
+		freed |= pl.held.gpus(v.C, p, node)
 	}
 	return freed &^ pl.cache.reservedGPUs(node)
 }
