@@ -25,7 +25,8 @@ type Bound struct {
 	Share float64 `json:"share"`
 	// NoWait is the former relaxation, each job fixed at its arrival: it
 	// holds only for schedules that never delay a job, so it is reported,
-	// never checked.
+	// never checked; -1 when not computed (more than maxNoWaitJobs
+	// alignable jobs).
 	NoWait int `json:"noWait"`
 }
 
@@ -35,6 +36,13 @@ const sizeLCM = 840
 // maxWindowJobs caps the capacity argument's work (windows are pairs of
 // jobs): past it the bound is the alignable count alone.
 const maxWindowJobs = 400
+
+// maxNoWaitJobs caps the no-wait relaxation's min-cost flow, whose
+// successive shortest paths cost O(jobs^2) each: a 20,000-job trace took
+// 35 s and 100,000 over 17 minutes before it (round-4 audit). Past it
+// NoWait is not computed (-1); it is reported only, never checked, so a
+// 50,000-job trace replays with its bound at the cost of reading it.
+const maxNoWaitJobs = 2000
 
 // delayBound is the bound with delays. An eligible job runs its aligned
 // runtime on aligned GPUs, starting no earlier than its arrival and no later
@@ -54,12 +62,13 @@ func delayBound(jobs []job, nodes []nodeInfo, maxWait time.Duration) Bound {
 		capacity += n.alignedCount()
 	}
 	var alignable []job
+	room := newAlignedRoom(nodes)
 	for _, j := range jobs {
 		if !j.RDMA {
 			continue
 		}
 		b.RDMAJobs++
-		if fitsAligned(j, nodes) {
+		if room.fits(j) {
 			alignable = append(alignable, j)
 		}
 	}
@@ -68,25 +77,50 @@ func delayBound(jobs []job, nodes []nodeInfo, maxWait time.Duration) Bound {
 	if b.RDMAJobs > 0 {
 		b.Share = round2(float64(b.Jobs) / float64(b.RDMAJobs))
 	}
-	b.NoWait = noWaitBound(alignable, capacity)
+	b.NoWait = -1
+	if len(alignable) <= maxNoWaitJobs {
+		b.NoWait = noWaitBound(alignable, capacity)
+	}
 	return b
 }
 
-// fitsAligned says whether a job's pods fit, all at once on an empty
-// cluster, on aligned GPUs.
-func fitsAligned(j job, nodes []nodeInfo) bool {
-	room := 0
+// alignedRoom is, per pod size, how many pods of that size an empty
+// cluster holds on aligned GPUs (pods, and pods with one VF), computed
+// once per plan so that reading a trace costs O(jobs + nodes), not their
+// product.
+type alignedRoom struct {
+	pods, vfPods [maxPodGPUs + 1]int
+}
+
+// maxPodGPUs is the largest pod the simulator places (a whole node).
+const maxPodGPUs = 8
+
+func newAlignedRoom(nodes []nodeInfo) alignedRoom {
+	var r alignedRoom
 	for _, n := range nodes {
-		if j.VF {
+		a := n.alignedCount()
+		for g := 1; g <= maxPodGPUs; g++ {
+			r.pods[g] += a / g
 			// One VF a pod: a pod uses one NIC's near GPUs.
-			for _, g := range n.VFGroups {
-				if g >= j.GPUs {
-					room++
+			for _, vg := range n.VFGroups {
+				if vg >= g {
+					r.vfPods[g]++
 				}
 			}
-			continue
 		}
-		room += n.alignedCount() / j.GPUs
+	}
+	return r
+}
+
+// fits says whether a job's pods fit, all at once on an empty cluster, on
+// aligned GPUs.
+func (r alignedRoom) fits(j job) bool {
+	if j.GPUs < 1 || j.GPUs > maxPodGPUs {
+		return false
+	}
+	room := r.pods[j.GPUs]
+	if j.VF {
+		room = r.vfPods[j.GPUs]
 	}
 	return room >= max(1, j.Pods)
 }
