@@ -34,7 +34,7 @@ func TestGangColumnOnlyWithJobs(t *testing.T) {
 		if got := slices.ContainsFunc(cols, func(c sim.Column) bool { return c.Gang }); got != tc.want {
 			t.Errorf("%s, --columns %v: gang column %v, want %v (progress %q)", tc.scenario, tc.columns, got, tc.want, progress.String())
 		}
-		if !tc.want && !strings.Contains(progress.String(), "gangs+rails left out: no multi-pod jobs") {
+		if !tc.want && !strings.Contains(progress.String(), "gangs+rails, default-scheduler+gangs left out: no multi-pod jobs") {
 			t.Errorf("%s: progress %q does not say why gangs+rails is left out", tc.scenario, progress.String())
 		}
 	}
@@ -83,7 +83,9 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 		{[]string{"simulate", "--runs", "0"}, "--runs 0: want 1 to 100"},
 		{[]string{"simulate", "--parallel", "17"}, "--parallel 17: want 1 to 16"},
 		{[]string{"simulate", "--scenario", "huge"}, `--scenario "huge": want backlog or default or jobs or large or xlarge`},
-		{[]string{"simulate", "--columns", "required+proxy,fastest"}, `--columns: no column "fastest" (known: required+proxy, preferred+proxy, required (advice), gangs+rails, default-scheduler, dra generated, dra pcieRoot, dra unconstrained)`},
+		{[]string{"simulate", "--alignment-wait", "forever"}, `--alignment-wait: annotation nicaffinity.io/alignment-wait="forever": want a duration such as 10m`},
+		{[]string{"simulate", "--alignment-wait", "48h"}, `--alignment-wait: annotation nicaffinity.io/alignment-wait="48h": must be between 1s and 24h0m0s`},
+		{[]string{"simulate", "--columns", "required+proxy,fastest"}, `--columns: no column "fastest" (known: bounded+proxy, required+proxy, preferred+proxy, required (advice), gangs+rails, default-scheduler+gangs, default-scheduler, dra generated, dra pcieRoot, dra unconstrained)`},
 		{[]string{"simulate", "--dra", "--cluster", profile, "--workload", eightNoVF}, "pool ndv2: DRA columns need machines read from sysfs: profile/azure-ndv2-v100-8gpu comes from profile azure-ndv2-v100-8gpu, which names no PCIe root complexes"},
 		{[]string{"simulate", "--dra", "--cluster", noVFs, "--workload", eightNoVF}, "column dra generated, jobs of 8 GPUs with a NIC: 8 GPUs, each with an aligned NIC: half-nic-8gpu-2nic has 4 such GPUs"},
 		{[]string{"bench", "--nodes", "0"}, "--nodes and --pods must be positive"},
