@@ -67,6 +67,9 @@ type Cache struct {
 	metrics profileMetrics
 	// jobs are the rails each multi-pod job's pods hold (jobs.go).
 	jobs *jobRails
+	// railNodes counts the nodes that publish each rail name
+	// (railtrust.go); under mu.
+	railNodes map[string]int
 }
 
 // storeConfig is what a Cache is made with (Args.storeConfig).
@@ -111,6 +114,8 @@ type nodeEntry struct {
 	// They go when an object counts them, when they end, or after the
 	// reservation timeout.
 	foreign map[types.UID]foreignPod
+	// rails are the rail names the object publishes (railtrust.go).
+	rails []string
 	// expires is when the oldest reservation, release or foreign pod runs
 	// out (zero: none), kept by rebuild so the sweep checks one time per
 	// node.
@@ -147,7 +152,7 @@ func NewStaticCache(args *Args, objs ...*v1alpha2.NodeResourceTopology) *Cache {
 // newCache is an empty cache.
 func newCache(cfg storeConfig) *Cache {
 	c := &Cache{nodes: map[string]*nodeEntry{}, podNode: map[types.UID]string{}, timeout: cfg.timeout, maxAge: cfg.maxAge, now: time.Now,
-		gpuResource: cfg.gpuResource, metrics: newProfileMetrics(cfg.profile), scoring: cfg.scoring, jobs: newJobRails()}
+		gpuResource: cfg.gpuResource, metrics: newProfileMetrics(cfg.profile), scoring: cfg.scoring, jobs: newJobRails(), railNodes: map[string]int{}}
 	c.cells.Store(&map[string]*atomic.Pointer[nodeView]{})
 	c.vfIndex.Store(&vfNodeIndex{})
 	c.skip.li, c.skip.staleRejects, c.skip.raced = -1, cfg.staleRejects, map[types.UID]struct{}{}
@@ -316,6 +321,7 @@ func (c *Cache) set(node, rv string, compiled *nrt.Compiled, err error, counted 
 	if e.compiled != nil {
 		e.vfBase = placement.VFBase(e.compiled)
 	}
+	c.setRails(e, nodeRails(e.compiled))
 	now := c.now()
 	if rv == "" || rv != e.rv {
 		e.released = nil // a newer object: it counts the ended pods or not, as it is
@@ -360,6 +366,7 @@ func (c *Cache) remove(node string) {
 	for uid := range e.reserved {
 		delete(c.podNode, uid)
 	}
+	c.setRails(e, nil)
 	c.spread.replace(e.view, nil)
 	c.skip.replace(e.view, nil)
 	c.indexVFs(node, e, nil)

@@ -250,7 +250,7 @@ func (f *informerFeed) adoptPlan(obj interface{}) {
 	// (after a scheduler restart, or once its reservation is confirmed,
 	// this is where the store learns them).
 	if r, ok, err := podreq.Read(p, f.reader); err == nil && ok && r.FollowsRails() {
-		f.c.jobs.add(r.Job.Key(), p.UID, plan.Rails)
+		f.c.jobs.add(r.Job.Key(), p.UID, f.c.countedRails(plan.Rails))
 	}
 }
 

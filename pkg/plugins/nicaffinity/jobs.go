@@ -189,15 +189,19 @@ func (j *jobRails) size() (jobs, pods int) {
 // railRoom is, per rail, how many free GPUs are at level index li or
 // closer to a NIC on it, over the usable views of nodes that could take a
 // pod of gpus GPUs there at all: where a job placing its first pod has the
-// most room for the rest. It runs in Reserve, on the scheduling cycle's
+// most room for the rest. Only rails enough nodes publish count, and a
+// node weighs at most gpus GPUs per rail, one pod's worth, whatever it
+// claims (railtrust.go). It runs in Reserve, on the scheduling cycle's
 // one thread, once per multi-pod job, so its work is bounded per call: it
 // reads at most maxRailRoomNodes views, all of a smaller cluster's and, of
 // a larger one, as many as the map's iteration order gives first (a
 // sample, as any estimate of where the job's later pods will find room
 // can only be).
 func (c *Cache) railRoom(li, gpus int) map[string]int {
+	counted := c.railsCounted()
 	room := map[string]int{}
 	read := 0
+	node := map[string]int{}
 	for _, cell := range *c.cells.Load() {
 		if read++; read > maxRailRoomNodes {
 			break
@@ -206,10 +210,14 @@ func (c *Cache) railRoom(li, gpus int) map[string]int {
 		if v == nil || (v.Free&v.C.AnyNear[li]).Count() < gpus {
 			continue
 		}
+		clear(node)
 		for n, nic := range v.C.NICs {
-			if nic.Rail != "" {
-				room[nic.Rail] += (v.Free & v.C.Near[li][n]).Count()
+			if counted[nic.Rail] {
+				node[nic.Rail] += (v.Free & v.C.Near[li][n]).Count()
 			}
+		}
+		for r, free := range node {
+			room[r] += min(free, gpus)
 		}
 	}
 	return room

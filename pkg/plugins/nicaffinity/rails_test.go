@@ -255,3 +255,62 @@ func TestRailRoomBounded(t *testing.T) {
 		}
 	}
 }
+
+// liarH100 is an HGX H100's object whose exporter names every NIC's rail
+// as rail (a compromised node claiming all its free GPUs for one rail).
+func liarH100(t *testing.T, node, rail string) *v1alpha2.NodeResourceTopology {
+	o := railedH100(t, node)
+	for i := range o.Zones {
+		for j, a := range o.Zones[i].Attributes {
+			if a.Name == nrt.AttrRail {
+				o.Zones[i].Attributes[j].Value = rail
+			}
+		}
+	}
+	return o
+}
+
+// TestRailsNodeCannotSteerOthers: the round-4 audit's attack. A job's
+// first pod goes on honest node h, on the rail with the most room over the
+// cluster: r0 (free on a, b, c and h) over r3 (free on a and h). A
+// compromised node claiming 8 free GPUs on r3 moved it to r3; now a node
+// weighs one pod's worth per rail, as an honest node with room does, so
+// the pod stays on r0. A rail only the compromised node names ("evil")
+// is never recorded for the job that lands there, so the job's next pods
+// elsewhere are not held to it.
+func TestRailsNodeCannotSteerOthers(t *testing.T) {
+	honest := []*v1alpha2.NodeResourceTopology{railedH100(t, "h"), railedH100(t, "a", 1, 2, 4, 5, 6, 7),
+		railedH100(t, "b", 1, 2, 3, 4, 5, 6, 7), railedH100(t, "c", 1, 2, 3, 4, 5, 6, 7)}
+	firstRail := func(objs ...*v1alpha2.NodeResourceTopology) []string {
+		t.Helper()
+		pl, _ := newTestPlugin(t, nil, objs...)
+		pod := inJob(makePod("w0", 1, nil, rdma, "1"), "train")
+		cycle, _ := runRails(t, pl, pod, "h")
+		if st := pl.Reserve(t.Context(), cycle, pod, "h"); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		s, _ := getState(cycle)
+		return s.planned.Rails
+	}
+	if diff := cmp.Diff([]string{"r0"}, firstRail(honest...)); diff != "" {
+		t.Fatalf("honest cluster (-want,+got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"r0"}, firstRail(append(honest, liarH100(t, "liar", "r3"))...)); diff != "" {
+		t.Errorf("beside a node claiming 8 free GPUs on r3 (-want,+got):\n%s", diff)
+	}
+
+	pl, st := newTestPlugin(t, nil, append(honest, liarH100(t, "liar", "evil"))...)
+	pod := inJob(makePod("w0", 1, nil, rdma, "1"), "train")
+	pod.UID = "uid-w0"
+	cycle, _ := runRails(t, pl, pod, "liar")
+	if r := pl.Reserve(t.Context(), cycle, pod, "liar"); !r.IsSuccess() {
+		t.Fatal(r)
+	}
+	s, _ := getState(cycle)
+	if diff := cmp.Diff([]string{"evil"}, s.planned.Rails); diff != "" {
+		t.Errorf("the plan on the liar names its NIC's rail as published (-want,+got):\n%s", diff)
+	}
+	if got := st.jobs.rails("default/train"); got != nil {
+		t.Errorf("the job holds rails %v that only one node names", got)
+	}
+}

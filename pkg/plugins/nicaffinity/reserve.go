@@ -57,7 +57,7 @@ func (pl *NICAffinity) Reserve(ctx context.Context, cycle fwk.CycleState, pod *v
 	if s.req.FollowRails {
 		// The job's next pods (the next members of a pod-group cycle
 		// too) place onto these rails; Unreserve takes them back.
-		pl.cache.jobs.add(s.req.Job, pod.UID, alloc.Rails)
+		pl.cache.jobs.add(s.req.Job, pod.UID, pl.cache.countedRails(alloc.Rails))
 	}
 	s.planned = alloc
 	if s.req.RDMA {
