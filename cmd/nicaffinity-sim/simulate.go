@@ -287,6 +287,10 @@ func (o *simulateOptions) plans(sc sim.Scenario, progress io.Writer) ([]*sim.Pla
 			fmt.Fprintf(progress, "--dra: pool %s left out: an NCCL topology names no PCIe root complexes, which DRA drivers publish\n", p)
 		}
 	}
+	if o.trace != "" {
+		fmt.Fprintf(progress, "--trace: %d jobs; maxWait %s applies (a job not running %s after it arrives is given up; a --workload file sets it)\n",
+			w.Jobs, w.MaxWait.Std(), w.MaxWait.Std())
+	}
 	var plans []*sim.Plan
 	for i := range o.runs {
 		wi := w
@@ -297,6 +301,10 @@ func (o *simulateOptions) plans(sc sim.Scenario, progress io.Writer) ([]*sim.Pla
 		}
 		if err := sim.CheckColumns(plan, cols); err != nil {
 			return nil, nil, err
+		}
+		if l := plan.Offered(); o.trace != "" && i == 0 && l.Offered > 1 {
+			fmt.Fprintf(progress, "--trace: the jobs ask %.0f GPU-hours over %.1f h of arrivals, %.1f times what the cluster's %d GPUs give in that time: queues grow, and jobs waiting past maxWait are given up\n",
+				l.WorkHours, l.ArrivalHours, l.Offered, plan.GPUs())
 		}
 		plans = append(plans, plan)
 	}

@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nicaffinity/nicaffinity/internal/sim"
 )
@@ -107,5 +109,41 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 				t.Errorf("printed a report: %s", out.String())
 			}
 		})
+	}
+}
+
+// TestTraceSaysLoadAndMaxWait: --trace says which maxWait it applies and,
+// when the trace asks more GPU-hours than the cluster gives over its
+// arrivals, by how much; a light trace gets no load warning.
+func TestTraceSaysLoadAndMaxWait(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, rows int, gap string) string {
+		var b strings.Builder
+		d, _ := time.ParseDuration(gap)
+		for i := range rows {
+			fmt.Fprintf(&b, "%s,1,8,2h,rdma\n", time.Duration(i)*d)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		trace     string
+		wantHeavy bool
+	}{{write("heavy.csv", 60, "1m"), true}, {write("light.csv", 4, "3h"), false}} {
+		o := &simulateOptions{runs: 1, trace: tc.trace}
+		var progress bytes.Buffer
+		if _, _, err := o.plans(sim.Scenarios["default"], &progress); err != nil {
+			t.Fatal(err)
+		}
+		out := progress.String()
+		if !strings.Contains(out, "maxWait 3h0m0s applies") {
+			t.Errorf("%s: progress %q does not name the maxWait applied", tc.trace, out)
+		}
+		if got := strings.Contains(out, "times what the cluster's"); got != tc.wantHeavy {
+			t.Errorf("%s: load warning %v, want %v (progress %q)", tc.trace, got, tc.wantHeavy, out)
+		}
 	}
 }

@@ -176,7 +176,7 @@ func (rep *Report) charts() []chart {
 	results := rep.Runs[0]
 	maxT := 1.0
 	for _, r := range results {
-		maxT = max(maxT, r.Seconds)
+		maxT = max(maxT, workEnd(r))
 	}
 	unit, per := "s", 1.0
 	switch {
@@ -220,6 +220,31 @@ func (rep *Report) charts() []chart {
 		out = append(out, c)
 	}
 	return out
+}
+
+// workEnd is when a run's work ended: the first sample after the last one
+// with a GPU in use or a job waiting. A run lasts until its last event,
+// which may be a job given up hours after the work (maxWait: 168 h for a
+// trace); a chart to there would squeeze the work into its left edge.
+func workEnd(r Result) float64 {
+	end := 0.0
+	for i, s := range r.Timeline {
+		busy := s.Waiting > 0
+		for _, n := range s.GPUs {
+			busy = busy || n > 0
+		}
+		if !busy {
+			continue
+		}
+		end = s.T
+		if i+1 < len(r.Timeline) {
+			end = r.Timeline[i+1].T
+		}
+	}
+	if end == 0 {
+		return r.Seconds
+	}
+	return end
 }
 
 type legendItem struct{ Series, Color, Meaning string }

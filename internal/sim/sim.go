@@ -173,6 +173,35 @@ func (p *Plan) AlignedGPUs() int {
 	return n
 }
 
+// Offered is what a plan's jobs ask of its cluster: their work in GPU-hours
+// (at their aligned runtimes), the time over which they arrive, and the
+// work's share of the cluster's GPU-hours in that time (0 when they all
+// arrive at once: a backlog, whose work is then WorkHours / GPUs hours of
+// the whole cluster).
+type Offered struct {
+	WorkHours, ArrivalHours, Offered float64
+}
+
+// Offered is the plan's offered load.
+func (p *Plan) Offered() Offered {
+	var l Offered
+	first, last := time.Duration(-1), time.Duration(0)
+	for _, j := range p.jobs {
+		l.WorkHours += float64(j.totalGPUs()) * j.Duration.Hours()
+		if first < 0 || j.At < first {
+			first = j.At
+		}
+		last = max(last, j.At)
+	}
+	if first >= 0 {
+		l.ArrivalHours = (last - first).Hours()
+	}
+	if l.ArrivalHours > 0 && p.GPUs() > 0 {
+		l.Offered = l.WorkHours / (float64(p.GPUs()) * l.ArrivalHours)
+	}
+	return l
+}
+
 // Bound is the bound (delays allowed) of the plan's workload on its cluster.
 func (p *Plan) Bound() Bound { return p.bound }
 

@@ -963,3 +963,40 @@ func columnNamed(name string) Column {
 	}
 	panic("no column " + name)
 }
+
+// TestChartsEndWithTheWork: a run whose last event is a job given up at
+// maxWait (168 h for a trace) long after its hour of work charts the hour,
+// not the week.
+func TestChartsEndWithTheWork(t *testing.T) {
+	r := Result{Scheduler: "s", Seconds: 168 * 3600, Timeline: []Sample{
+		{T: 0, GPUs: map[string]int{"PIX": 4}},
+		{T: 1800, GPUs: map[string]int{"PIX": 2}, Waiting: 1},
+		{T: 3600, GPUs: map[string]int{}},
+		{T: 168 * 3600, GPUs: map[string]int{}},
+	}}
+	rep := &Report{GPUs: 8, AlignedGPUs: 4, Runs: [][]Result{{r}}}
+	charts := rep.charts()
+	if len(charts) != 1 {
+		t.Fatalf("%d charts", len(charts))
+	}
+	ticks := charts[0].XTicks
+	if got := ticks[len(ticks)-1].Label; got != "60.0 min" {
+		t.Errorf("the time axis ends at %q, want 60.0 min (where the work ends)", got)
+	}
+}
+
+// TestVerdictOneRun: one run is called one run, never "some runs".
+func TestVerdictOneRun(t *testing.T) {
+	recs, nodes, end := handRun()
+	rep := &Report{Workload: WorkloadSpec{Jobs: 5}, Nodes: 2, GPUs: 6, AlignedGPUs: 3, Columns: []Column{columnNamed("required+proxy"), columnNamed("default-scheduler")}}
+	plan := &Plan{Workload: rep.Workload, bound: Bound{RDMAJobs: 4, Alignable: 4, Jobs: 3, Share: 0.75}}
+	slower := summarize("required+proxy", recs, nodes, end)
+	slower.JCTMeanHours *= 1.5
+	if err := rep.Add(plan, []Result{slower, summarize("default-scheduler", recs, nodes, end)}); err != nil {
+		t.Fatal(err)
+	}
+	rep.Finish()
+	if v := rep.Verdict; !strings.Contains(v, "one run: no spread to judge it by") || strings.Contains(v, "some runs") || strings.Contains(v, "medians") {
+		t.Errorf("verdict of one run: %q", v)
+	}
+}
