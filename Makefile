@@ -216,6 +216,7 @@ fuzz:
 	  ./pkg/podresources:FuzzFromResponses \
 	  ./pkg/request:FuzzRead \
 	  ./pkg/request:FuzzRequests \
+	  ./pkg/nccllog:FuzzParse \
 	  ./pkg/annotations:FuzzParseAllocation \
 	  ./pkg/annotations:FuzzParseObserved \
 	  ./pkg/annotations:FuzzParseMaxLevel \

@@ -1,11 +1,15 @@
 package doctor
 
 import (
+	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -15,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/nccllog"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt/nrttest"
 )
@@ -218,4 +223,74 @@ func TestClusterPodGroupAPI(t *testing.T) {
 			t.Errorf("not served: %+v, want a warning naming the API and the fix", *got)
 		}
 	}
+}
+
+// TestPodNCCL: doctor pod reads what NCCL said in the containers' logs
+// (pkg/nccllog's fixtures, in NCCL's formats) and holds it against what the
+// exporter observed: the HCAs NCCL used, GPUDirect RDMA on or off for each,
+// a fallback to sockets.
+func TestPodNCCL(t *testing.T) {
+	read := func(name string) map[string]nccllog.Report {
+		b, err := os.ReadFile(filepath.Join("..", "nccllog", "testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := nccllog.Parse(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return map[string]nccllog.Report{"train": r}
+	}
+	observed := func(nics ...string) string {
+		o := annotations.Observed{NICs: nics, Aligned: true, Level: "PIX", Plan: "matched"}
+		for _, n := range nics {
+			o.GPUs = append(o.GPUs, annotations.ObservedGPU{BusID: "0000:18:00.0", NIC: n, Level: "PIX"})
+		}
+		return annotations.Marshal(o)
+	}
+	for _, tc := range []struct {
+		name     string
+		nccl     map[string]nccllog.Report
+		observed string
+		want     map[string]Status // check name -> status
+		detail   string
+	}{
+		{"GPUDirect on, the plan's NICs", read("ib-gdr.log"), observed("mlx5_0", "mlx5_3"),
+			map[string]Status{"NCCL in train: HCAs": Info, "NCCL in train: HCAs against the plan": Pass, "NCCL in train: GPUDirect RDMA": Pass}, "mlx5_0:1 (GPUDirect RDMA on)"},
+		{"GPUDirect off, a NIC off the plan", read("roce-gdr-disabled.log"), observed("mlx5_0"),
+			map[string]Status{"NCCL in train: HCAs against the plan": Warn, "NCCL in train: GPUDirect RDMA": Warn}, "disabled for mlx5_0,mlx5_1"},
+		{"sockets", read("socket.log"), observed("mlx5_0"), map[string]Status{"NCCL in train": Fail}, "NCCL uses sockets"},
+		{"no NCCL lines", map[string]nccllog.Report{"train": {}}, observed("mlx5_0"), map[string]Status{"NCCL's own words": Info}, "NCCL_DEBUG=INFO"},
+		{"logs not read", nil, observed("mlx5_0"), map[string]Status{"NCCL's own words": Info}, "not read"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ml", Annotations: map[string]string{annotations.ObservedKey: tc.observed}}}
+			b := newBuilder("pod")
+			b.layer = LayerNCCL
+			podNCCL(b, PodState{Pod: p, NCCL: tc.nccl}, mustObserved(t, tc.observed))
+			r := b.report()
+			got := map[string]Status{}
+			details := ""
+			for _, c := range r.Checks {
+				if _, ok := tc.want[c.Name]; ok {
+					got[c.Name] = c.Status
+				}
+				details += c.Detail + "\n"
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("checks (-want,+got):\n%s\n%+v", diff, r.Checks)
+			}
+			if !strings.Contains(details, tc.detail) {
+				t.Errorf("details %q do not say %q", details, tc.detail)
+			}
+		})
+	}
+}
+
+func mustObserved(t *testing.T, s string) *annotations.Observed {
+	o, err := annotations.ParseObserved(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &o
 }

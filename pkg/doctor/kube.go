@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/nicaffinity/nicaffinity/pkg/nccllog"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	"github.com/nicaffinity/nicaffinity/pkg/podgroupapi"
 )
@@ -126,8 +127,32 @@ func GatherPod(ctx context.Context, c Clients, namespace, name, schedulerName st
 		if err == nil {
 			s.NRT = obj
 		}
+		s.NCCL = ncclLogs(ctx, c, p)
 	}
 	return s, nil
+}
+
+// ncclLogs reads what NCCL said in each started container's log: the
+// first nccllog.MaxBytes, where NCCL's init lines are. A log that cannot be
+// read is left out.
+func ncclLogs(ctx context.Context, c Clients, p *corev1.Pod) map[string]nccllog.Report {
+	out := map[string]nccllog.Report{}
+	limit := int64(nccllog.MaxBytes)
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running == nil && cs.State.Terminated == nil {
+			continue
+		}
+		rc, err := c.Kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: cs.Name, LimitBytes: &limit}).Stream(ctx)
+		if err != nil {
+			continue
+		}
+		r, err := nccllog.Parse(rc)
+		_ = rc.Close()
+		if err == nil {
+			out[cs.Name] = r
+		}
+	}
+	return out
 }
 
 // GetNRT reads one node's object through the checks Decode makes of

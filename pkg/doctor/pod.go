@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -9,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
+	"github.com/nicaffinity/nicaffinity/pkg/nccllog"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
 	podreq "github.com/nicaffinity/nicaffinity/pkg/request"
 )
@@ -19,6 +21,7 @@ const (
 	LayerDevices     = "devices"
 	LayerNetwork     = "network"
 	LayerPermissions = "permissions"
+	LayerNCCL        = "nccl"
 )
 
 // MultusNetworks is the annotation that attaches secondary networks
@@ -32,6 +35,9 @@ type PodState struct {
 	NRT *v1alpha2.NodeResourceTopology
 	// SchedulerName is nicaffinity's scheduler (nicaffinity-scheduler).
 	SchedulerName string
+	// NCCL is what NCCL said in each container's log (NCCL_DEBUG=INFO),
+	// by container; nil when the logs were not read.
+	NCCL map[string]nccllog.Report
 }
 
 // Pod runs the pod checklist.
@@ -51,6 +57,10 @@ func Pod(s PodState, o ClusterOptions) Report {
 	if b.startLayer(LayerPermissions) {
 		podPermissions(b, p, o)
 	}
+	// NCCL's own words are read whatever failed above: they help most
+	// when something did.
+	b.layer = LayerNCCL
+	podNCCL(b, s, observed)
 	return b.report()
 }
 
@@ -161,6 +171,84 @@ func podNetwork(b *builder, s PodState, observed *annotations.Observed) {
 	} else {
 		b.info("NCCL_IB_HCA", "no NIC observed for this pod")
 	}
+}
+
+// podNCCL reports what NCCL itself said it used, from the containers'
+// logs, against the plan and what the exporter observed: the answer to
+// "GPU Direct RDMA Disabled" and to a silent fallback to sockets.
+func podNCCL(b *builder, s PodState, observed *annotations.Observed) {
+	if s.NCCL == nil {
+		b.info("NCCL's own words", "the containers' logs were not read")
+		return
+	}
+	said := 0
+	for _, c := range slices.Sorted(maps.Keys(s.NCCL)) {
+		r := s.NCCL[c]
+		if r.Lines == 0 {
+			continue
+		}
+		said++
+		ncclContainer(b, c, r, observed)
+	}
+	if said == 0 {
+		b.info("NCCL's own words", "no NCCL INFO lines in the containers' logs: run with NCCL_DEBUG=INFO to let doctor read which HCAs NCCL used and whether GPUDirect RDMA was on")
+	}
+}
+
+// ncclContainer checks one container's NCCL report.
+func ncclContainer(b *builder, c string, r nccllog.Report, observed *annotations.Observed) {
+	name := "NCCL in " + c
+	if r.Truncated {
+		b.info(name, fmt.Sprintf("only the first %d MiB of the log were read", nccllog.MaxBytes>>20))
+	}
+	wantRDMA := observed != nil && len(observed.NICs) > 0
+	switch {
+	case r.Network == "Socket" && wantRDMA:
+		b.fail(name, "NCCL uses sockets, not the RDMA NICs "+strings.Join(observed.NICs, ",")+" next to the pod's GPUs",
+			"check the pod's RDMA devices and NCCL_IB_HCA (NCCL said: no IB device it could use)")
+		return
+	case len(r.HCAs) == 0:
+		b.info(name, "NCCL named no RDMA device (network "+orDefault(r.Network, "not said")+")")
+		return
+	}
+	var used, off []string
+	for _, h := range r.HCAs {
+		gdr := map[string]string{"on": "GPUDirect RDMA on", "off": "GPUDirect RDMA off", "": "GPUDirect RDMA not said"}[h.GDR]
+		used = append(used, fmt.Sprintf("%s:%d (%s)", h.Name, h.Port, gdr))
+		if h.GDR == "off" {
+			off = append(off, h.Name)
+		}
+	}
+	b.info(name+": HCAs", strings.Join(used, ", "))
+	if wantRDMA {
+		if extra := notIn(r.Names(), observed.NICs); len(extra) > 0 {
+			b.warn(name+": HCAs against the plan", fmt.Sprintf("NCCL used %s; the pod's GPUs' nearest NICs are %s", strings.Join(extra, ","), strings.Join(observed.NICs, ",")),
+				"set NCCL_IB_HCA=="+strings.Join(observed.NICs, ",")+" (what the allocation proxy sets)")
+		} else {
+			b.pass(name+": HCAs against the plan", "NCCL used only the NICs next to the pod's GPUs")
+		}
+	}
+	switch {
+	case len(off) > 0:
+		b.warn(name+": GPUDirect RDMA", "NCCL says it is disabled for "+strings.Join(off, ","),
+			"nicaffinity doctor node on the pod's node: nvidia-peermem or dma-buf, ACS, the level NCCL allows (NCCL_NET_GDR_LEVEL)")
+	case r.ChannelsNoGDR > 0 && r.ChannelsGDR == 0:
+		b.warn(name+": GPUDirect RDMA", fmt.Sprintf("%d channels over the network, none with GPUDirect RDMA", r.ChannelsNoGDR),
+			"nicaffinity doctor node on the pod's node; NCCL_NET_GDR_LEVEL")
+	case r.ChannelsGDR > 0:
+		b.pass(name+": GPUDirect RDMA", fmt.Sprintf("on (%d channels over NET/IB with GDRDMA)", r.ChannelsGDR))
+	}
+}
+
+// notIn are the names of have not in want.
+func notIn(have, want []string) []string {
+	var out []string
+	for _, h := range have {
+		if !slices.Contains(want, h) {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // podPermissions checks what RDMA needs of the containers that use devices.
