@@ -814,6 +814,12 @@ func TestProxyIBHCAOnlyForItsPod(t *testing.T) {
 	if v := env("ml/a", gpuRes); v != "=mlx5_2:1,mlx5_3:2" {
 		t.Fatalf("pod a: NCCL_IB_HCA %q, want its plan's", v)
 	}
+	// The kubelet hands an init container's devices on to the pod's app
+	// container without asking a preference: the same pod, its plan.
+	e.kubelet.allocate("ml/a-app", gpuRes, got)
+	if v := env("ml/a-app", gpuRes); v != "=mlx5_2:1,mlx5_3:2" {
+		t.Errorf("pod a's next container on the same devices: NCCL_IB_HCA %q, want its plan's", v)
+	}
 	// Pod a ends; another tenant's pod is given a's devices with no
 	// preference asked, well within the claim TTL.
 	e.plans.mu.Lock()

@@ -173,7 +173,14 @@ type Proxy struct {
 	// one Allocate only, and only for exactly its devices: a later pod that
 	// is given the same devices (the planned pod ended, an unplanned one
 	// came) gets no NCCL_IB_HCA of another pod's plan.
-	handed map[string]handout
+	//
+	// One exception keeps a pod's own containers whole: the kubelet hands
+	// an init container's devices on to the app containers that need as
+	// many (it asks no preference then), so an Allocate of exactly the
+	// devices last allocated under a plan, within reuseWindow, while that
+	// pod is still one of the node's live pods, is that pod's (allocated).
+	handed    map[string]handout
+	allocated map[string]handout
 	now    func() time.Time
 }
 
@@ -209,7 +216,7 @@ func New(cfg Config, plans Plans, held Held, recorder record.EventRecorder, m *M
 		m = NewMetrics()
 	}
 	return &Proxy{cfg: cfg, plans: plans, held: held, recorder: recorder, metrics: m,
-		fronts: map[string]*front{}, claimed: map[string]time.Time{}, handed: map[string]handout{}, now: time.Now}
+		fronts: map[string]*front{}, claimed: map[string]time.Time{}, handed: map[string]handout{}, allocated: map[string]handout{}, now: time.Now}
 }
 
 // Metrics returns the proxy's metrics.
@@ -921,15 +928,43 @@ func (p *Proxy) recordHandout(resource string, ids []string, pod Candidate) {
 	p.handed[resource] = handout{pod: pod, key: handoutKey(resource, ids), at: p.now()}
 }
 
+// reuseWindow bounds how long after a planned container's Allocate the
+// kubelet may hand the same devices on to the same pod's next container.
+const reuseWindow = 30 * time.Second
+
 // takeHandout is the plan last handed out for resource, if it names
 // exactly these devices and is recent (ClaimTTL); it is used up either
 // way: the kubelet's next Allocate of the resource is another container's.
+// Without one, the same pod's next container reusing the devices (see
+// handed) gets its pod's plan again.
 func (p *Proxy) takeHandout(resource string, ids []string) (handout, bool) {
+	key := handoutKey(resource, ids)
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	h, ok := p.handed[resource]
 	delete(p.handed, resource)
-	return h, ok && h.key == handoutKey(resource, ids) && p.now().Sub(h.at) <= p.cfg.ClaimTTL
+	now := p.now()
+	if ok && h.key == key && now.Sub(h.at) <= p.cfg.ClaimTTL {
+		p.allocated[resource] = handout{pod: h.pod, key: key, at: now}
+		p.mu.Unlock()
+		return h, true
+	}
+	last, had := p.allocated[resource]
+	p.mu.Unlock()
+	if ok || !had || last.key != key || now.Sub(last.at) > reuseWindow || !p.live(last.pod.UID) {
+		return handout{}, false
+	}
+	return last, true
+}
+
+// live reports whether the pod is still one of the node's live pods (not
+// finished, not going).
+func (p *Proxy) live(uid types.UID) bool {
+	for _, c := range p.plans.Candidates() {
+		if c.UID == uid {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *frontServer) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {

@@ -274,8 +274,11 @@ func describeRequest(r podreq.Request) string {
 		return d + ", no NIC"
 	}
 	policy := "required"
-	if !r.Required {
+	switch {
+	case !r.Required:
 		policy = "preferred"
+	case r.Wait > 0:
+		policy = fmt.Sprintf("bounded: required for %s of waiting, then preferred", r.Wait)
 	}
 	d += fmt.Sprintf(", each with a NIC at %s or closer (%s)", r.MaxLevel, policy)
 	for _, vf := range r.VFs {

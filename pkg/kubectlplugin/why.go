@@ -75,8 +75,11 @@ func Why(ctx context.Context, c doctor.Clients, namespace, name string, o doctor
 	for _, vf := range r.VFs {
 		need += fmt.Sprintf(" (and %d VFs of %s on those NICs)", vf.Count, vf.Resource)
 	}
-	if rdma && !r.Required {
+	switch {
+	case rdma && !r.Required:
 		need += "; policy preferred: nodes without are only scored lower"
+	case rdma && r.Wait > 0:
+		need += fmt.Sprintf("; policy bounded: once it has waited %s for them, nodes without are only scored lower", r.Wait)
 	}
 	fmt.Fprintf(&b, "\nIt asks for %d GPUs, each with %s. What each node's object offers:\n\n", gpus, need)
 	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)

@@ -3,6 +3,7 @@ package request
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
@@ -58,6 +59,14 @@ func TestRead(t *testing.T) {
 			want: Request{GPUs: 1, RDMA: true, MaxLevel: topology.LevelNODE}},
 		{name: "a bad level", pod: pod(map[string]string{annotations.MaxLevel: "CLOSE"}, nil, container("nvidia.com/gpu", "1")), err: "nicaffinity.io/max-level"},
 		{name: "a bad policy", pod: pod(map[string]string{annotations.Policy: "always"}, nil, container("nvidia.com/gpu", "1")), err: "nicaffinity.io/policy"},
+		{name: "policy required waits for ever", pod: pod(map[string]string{annotations.Policy: "required"}, nil, container("nvidia.com/gpu", "1", "rdma/hca", "1")), wantOK: true,
+			want: Request{GPUs: 1, RDMA: true, MaxLevel: topology.LevelP2C, Required: true}},
+		{name: "a wait of its own", pod: pod(map[string]string{annotations.Policy: "Bounded", annotations.AlignmentWait: "10m"}, nil, container("nvidia.com/gpu", "1", "rdma/hca", "1")), wantOK: true,
+			want: Request{GPUs: 1, RDMA: true, MaxLevel: topology.LevelP2C, Required: true, Wait: 10 * time.Minute}},
+		{name: "a wait makes a pod without a policy bounded", pod: pod(map[string]string{annotations.AlignmentWait: "1h"}, nil, container("nvidia.com/gpu", "1", "rdma/hca", "1")), wantOK: true,
+			want: Request{GPUs: 1, RDMA: true, MaxLevel: topology.LevelP2C, Required: true, Wait: time.Hour}},
+		{name: "a wait beside policy required", pod: pod(map[string]string{annotations.Policy: "required", annotations.AlignmentWait: "1h"}, nil, container("nvidia.com/gpu", "1")), err: "nicaffinity.io/alignment-wait"},
+		{name: "a bad wait", pod: pod(map[string]string{annotations.AlignmentWait: "soon"}, nil, container("nvidia.com/gpu", "1")), err: "nicaffinity.io/alignment-wait"},
 		{name: "another GPU resource is not ours", pod: pod(nil, nil, container("amd.com/gpu", "1"))},
 		{name: "rails required", pod: pod(map[string]string{annotations.Rails: "Required"}, nil, container("nvidia.com/gpu", "1", "rdma/hca", "1")), wantOK: true,
 			want: Request{GPUs: 1, RDMA: true, MaxLevel: topology.LevelP2C, Required: true, Rails: annotations.PolicyRequired}},
@@ -70,6 +79,9 @@ func TestRead(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.wantOK && tc.want.Rails == "" {
 				tc.want.Rails = annotations.PolicyPreferred
+			}
+			if _, set := tc.pod.Annotations[annotations.Policy]; tc.wantOK && tc.want.Required && !set && tc.want.Wait == 0 {
+				tc.want.Wait = cfg.AlignmentWait // the default policy, bounded
 			}
 			got, ok, err := Read(tc.pod, cfg)
 			if tc.err != "" {
@@ -85,7 +97,7 @@ func TestRead(t *testing.T) {
 				t.Errorf("(-want,+got):\n%s", diff)
 			}
 			follows := got.RDMA && got.Job.Name != "" && got.Rails != annotations.PolicyIgnore
-			if got.FollowsRails() != follows || got.Defaulted(cfg) != (ok && len(got.VFs) == 0 && got.MaxLevel == cfg.MaxLevel && got.Required == cfg.Required && !follows) {
+			if got.FollowsRails() != follows || got.Defaulted(cfg) != (ok && len(got.VFs) == 0 && got.MaxLevel == cfg.MaxLevel && got.Required == cfg.Required && got.Wait == cfg.defaultWait() && !follows) {
 				t.Errorf("Defaulted = %v", got.Defaulted(cfg))
 			}
 		})

@@ -18,8 +18,10 @@ const (
 	// DefaultMaxLevel is where NCCL's defaults use GPUDirect RDMA: PXB,
 	// and P2C on Grace (docs/levels.md).
 	DefaultMaxLevel = "P2C"
-	// DefaultPolicy: a pod that cannot get aligned GPUs waits.
-	DefaultPolicy = annotations.PolicyRequired
+	// DefaultPolicy: a pod that cannot get aligned GPUs waits for them,
+	// for DefaultAlignmentWait, then takes others (docs/scheduler.md,
+	// Bounded wait, says why).
+	DefaultPolicy = annotations.PolicyBounded
 
 	DefaultMissingTopology = MissingReject
 	DefaultStaleTopology   = StaleReserve

@@ -111,13 +111,21 @@ func (pl *NICAffinity) Bind(ctx context.Context, cycle fwk.CycleState, pod *v1.P
 	return nil
 }
 
+// policyRelaxed labels a bounded pod placed once its wait was over.
+const policyRelaxed = "relaxed"
+
 // countPlacement counts a pod bound with its plan written.
 func (pl *NICAffinity) countPlacement(s *preFilterState) {
 	level, policy := s.planned.Level, annotations.PolicyPreferred
 	if level == "" {
 		level = "none"
 	}
-	if s.req.Required {
+	switch {
+	case s.req.Bounded && s.req.Required:
+		policy = annotations.PolicyBounded
+	case s.req.Bounded:
+		policy = policyRelaxed // a bounded pod placed after its wait
+	case s.req.Required:
 		policy = annotations.PolicyRequired
 	}
 	pl.cache.metrics.placed(level, policy)

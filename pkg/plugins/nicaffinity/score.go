@@ -95,7 +95,7 @@ type scoring struct {
 
 // newScoring is the scoring of valid, defaulted args.
 func newScoring(args *Args) *scoring {
-	return &scoring{defaults: request{MaxLevel: maxLevelOf(args), Required: args.DefaultPolicy == annotations.PolicyRequired, Common: true},
+	return &scoring{defaults: request{MaxLevel: maxLevelOf(args), Required: args.DefaultPolicy != annotations.PolicyPreferred, Common: true},
 		strategy: args.ScoringStrategy, score: strategies[args.ScoringStrategy.Type]}
 }
 
