@@ -181,7 +181,7 @@ type Proxy struct {
 	// pod is still one of the node's live pods, is that pod's (allocated).
 	handed    map[string]handout
 	allocated map[string]handout
-	now    func() time.Time
+	now       func() time.Time
 }
 
 // handout is a plan handed to the kubelet for one resource.
