@@ -70,9 +70,6 @@ type Cache struct {
 	// railNodes counts the nodes that publish each rail name
 	// (railtrust.go); under mu.
 	railNodes map[string]int
-	// capacity counts the nodes by aligned GPUs per level (capacity.go);
-	// under mu.
-	capacity alignedCapacity
 }
 
 // storeConfig is what a Cache is made with (Args.storeConfig).
@@ -119,10 +116,6 @@ type nodeEntry struct {
 	foreign map[types.UID]foreignPod
 	// rails are the rail names the object publishes (railtrust.go).
 	rails []string
-	// capacity is the object's aligned GPUs per level, and counted
-	// whether it is in the cache's capacity (capacity.go).
-	capacity [nrt.NumLevels]int
-	counted  bool
 	// expires is when the oldest reservation, release or foreign pod runs
 	// out (zero: none), kept by rebuild so the sweep checks one time per
 	// node.
@@ -329,9 +322,6 @@ func (c *Cache) set(node, rv string, compiled *nrt.Compiled, err error, counted 
 		e.vfBase = placement.VFBase(e.compiled)
 	}
 	c.setRails(e, nodeRails(e.compiled))
-	capNow := capacityOf(e.compiled)
-	c.capacity.replace(e.capacity, e.counted, capNow, true)
-	e.capacity, e.counted = capNow, true
 	now := c.now()
 	if rv == "" || rv != e.rv {
 		e.released = nil // a newer object: it counts the ended pods or not, as it is
@@ -377,7 +367,6 @@ func (c *Cache) remove(node string) {
 		delete(c.podNode, uid)
 	}
 	c.setRails(e, nil)
-	c.capacity.replace(e.capacity, e.counted, e.capacity, false)
 	c.spread.replace(e.view, nil)
 	c.skip.replace(e.view, nil)
 	c.indexVFs(node, e, nil)

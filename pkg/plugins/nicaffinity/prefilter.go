@@ -89,9 +89,8 @@ func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v
 	if !ok || !req.RDMA && takesLargestNode(nodes, v1.ResourceName(pl.args.GPUResourceName), int64(req.GPUs)) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	if req.Bounded && req.Required && req.RDMA && (!pl.cache.alignable(placement.LevelIndex(req.MaxLevel), req.GPUs) || pl.relaxed(cycle, pod, req.Job)) {
-		// Its wait for aligned GPUs is over, or no node could ever end
-		// it (capacity.go): placed as preferred.
+	if req.Bounded && req.Required && pl.relaxed(cycle, pod, req.Job) {
+		// Its wait for aligned GPUs is over: placed as preferred.
 		req.Required, req.Common = false, false
 	}
 	if req.FollowRails {

@@ -209,20 +209,3 @@ func TestQueueingHints(t *testing.T) {
 		t.Errorf("the same version requeued again: %v", *activated)
 	}
 }
-
-// TestBoundedNeverWaitsForNothing: where no node, even empty, has as many
-// GPUs with a NIC at the pod's level as it asks, a bounded pod is placed
-// as preferred at once; where one has (its aligned GPUs taken for now), it
-// waits.
-func TestBoundedNeverWaitsForNothing(t *testing.T) {
-	pl, _, _ := boundedPlugin(t) // half-NIC nodes: 4 GPUs next to NICs each
-	big := makePod("big", 8, map[string]string{annotations.Policy: annotations.PolicyBounded}, rdma, "1")
-	big.UID = "uid-big"
-	if st := cycleOn(t, pl, big, "misaligned"); !st.IsSuccess() {
-		t.Errorf("8 GPUs where no node has more than 4 next to NICs: %v, want placed as preferred at once", st)
-	}
-	small := boundedPod("small", "uid-small", "", nil)
-	if st := cycleOn(t, pl, small, "misaligned"); st.IsSuccess() {
-		t.Errorf("1 GPU, aligned GPUs exist but are taken here: passed at once, want it to wait")
-	}
-}
