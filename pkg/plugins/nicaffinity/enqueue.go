@@ -31,7 +31,7 @@ const nrtResource fwk.EventResource = "noderesourcetopologies.v1alpha2.topology.
 // run ahead of the plugin's own. While the store does not hold the event's
 // version the hint skips: a pod requeued now would meet the older object
 // in Filter and be turned down again. The plugin's informer requeues the
-// pods Filter turned down when it brings that version (roomGrew in
+// pods Filter turned down when it brings that version (observe in
 // informers.go, Handle.Activate), so no pod waits on which informer came
 // first.
 func (pl *NICAffinity) isSchedulableAfterNRTChange(logger klog.Logger, pod *v1.Pod, _, newObj interface{}) (fwk.QueueingHint, error) {

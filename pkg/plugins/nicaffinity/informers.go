@@ -408,32 +408,19 @@ func (f *informerFeed) observe(o *v1alpha2.NodeResourceTopology) {
 			counted = pods
 		}
 	}
-	before := c.view(o.Name)
 	c.set(o.Name, o.ResourceVersion, compiled, err, counted)
 	if f.turnedDown != nil {
-		if free, ok := roomGrew(before, c.view(o.Name)); ok {
-			f.turnedDown.roomFor(free)
+		// Requeue what the scheduler's queueing hint may have skipped
+		// because this version was not in the store yet: every pod Filter
+		// turned down that asks no more GPUs than the node now has free,
+		// as the hint answers once the store holds the version. Not only
+		// when room grew against the store's last view: that view may
+		// already count a deleted pod's GPUs free (podEnded) that the pod
+		// was turned down without.
+		if v, _ := usable(c.view(o.Name)); v != nil {
+			f.turnedDown.roomFor(v.Free.Count())
 		}
 	}
-}
-
-// roomGrew reports whether a node's new view may pass pods its old one
-// turned down (a GPU came free, or the view stopped lagging behind pods
-// placed there), and how many GPUs it has free.
-func roomGrew(old, nv *nodeView) (int, bool) {
-	v, _ := usable(nv)
-	if v == nil {
-		return 0, false
-	}
-	free := v.Free.Count()
-	o, _ := usable(old)
-	switch {
-	case o == nil:
-		return free, true
-	case v.Free&^o.Free != 0, o.stale && !v.stale, o.foreign != "" && v.foreign == "":
-		return free, true
-	}
-	return 0, false
 }
 
 // podsOn is the set of pods the scheduler sees on a node: its pod-set

@@ -27,8 +27,8 @@ import (
 // pod is popped next; an in-flight pod is requeued when its cycle ends).
 //
 // The same record serves a second purpose: it is the list of pods Filter
-// turned down, so that when the plugin's own informer brings a node's
-// object that frees room (informers.go), the pods that may now fit are
+// turned down, so that when the plugin's own informer brings a new version
+// of a node's object (informers.go), the pods that may now fit are
 // requeued even if the scheduler's informer brought the event first and
 // its queueing hint, which only reads the store, found the older object.
 //
