@@ -241,6 +241,13 @@ func (k *testKubelet) allocate(pod, resource string, ids []string) {
 	k.holding[pod][resource] = true
 }
 
+// ibHCA is the NCCL_IB_HCA the container of pod got for res ("" none).
+func (k *testKubelet) ibHCA(pod, res string) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.envs[pod+"/"+res][EnvIBHCA]
+}
+
 // admit runs one container's allocation through the device plugin.
 func (k *testKubelet) admit(pod, resource string, size int) []string {
 	k.t.Helper()
@@ -755,11 +762,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestProxySetsIBHCA(t *testing.T) {
 	e := startEnv(t)
 	e.kubelet.plugin(gpuRes)
-	env := func(pod, res string) string {
-		e.kubelet.mu.Lock()
-		defer e.kubelet.mu.Unlock()
-		return e.kubelet.envs[pod+"/"+res][EnvIBHCA]
-	}
+	env := e.kubelet.ibHCA
 	e.plan("a", 1, []int{2, 3}, 0)
 	e.kubelet.admit("ml/a", gpuRes, 2)
 	if got := env("ml/a", gpuRes); got != "=mlx5_2:1,mlx5_3:2" {
@@ -804,11 +807,7 @@ func TestProxySetsIBHCA(t *testing.T) {
 func TestProxyIBHCAOnlyForItsPod(t *testing.T) {
 	e := startEnv(t)
 	e.kubelet.plugin(gpuRes)
-	env := func(pod, res string) string {
-		e.kubelet.mu.Lock()
-		defer e.kubelet.mu.Unlock()
-		return e.kubelet.envs[pod+"/"+res][EnvIBHCA]
-	}
+	env := e.kubelet.ibHCA
 	e.plan("a", 1, []int{2, 3}, 0)
 	got := e.kubelet.admit("ml/a", gpuRes, 2)
 	if v := env("ml/a", gpuRes); v != "=mlx5_2:1,mlx5_3:2" {

@@ -123,18 +123,12 @@ func (w *waits) note(pod *v1.Pod, job string, gpus int, wait time.Duration) {
 // ended hands the job's waiting pods to the queue.
 func (w *waits) ended(key string) {
 	w.mu.Lock()
-	e := w.byKey[key]
-	var pods map[string]*v1.Pod
-	if e != nil {
-		pods = make(map[string]*v1.Pod, len(e.pods))
-		for _, p := range e.pods {
-			pods[p.pod.Namespace+"/"+p.pod.Name] = p.pod
-		}
+	pods := map[string]*v1.Pod{}
+	if e := w.byKey[key]; e != nil {
+		e.addPods(pods, func(waiter) bool { return true })
 	}
 	w.mu.Unlock()
-	if len(pods) > 0 && w.activate != nil {
-		w.activate(pods)
-	}
+	w.hand(pods)
 }
 
 // over reports whether the wait of the pod's job has ended.
@@ -150,18 +144,26 @@ func (w *waits) over(pod *v1.Pod, job string) bool {
 // GPUs: a node's object now offers that many.
 func (w *waits) roomFor(free int) {
 	w.mu.Lock()
-	var pods map[string]*v1.Pod
+	pods := map[string]*v1.Pod{}
 	for _, e := range w.byKey {
-		for _, p := range e.pods {
-			if p.gpus <= free {
-				if pods == nil {
-					pods = map[string]*v1.Pod{}
-				}
-				pods[p.pod.Namespace+"/"+p.pod.Name] = p.pod
-			}
-		}
+		e.addPods(pods, func(p waiter) bool { return p.gpus <= free })
 	}
 	w.mu.Unlock()
+	w.hand(pods)
+}
+
+// addPods adds the entry's pods that match, keyed namespace/name as
+// Handle.Activate takes them; the caller holds mu.
+func (e *waitEntry) addPods(pods map[string]*v1.Pod, match func(waiter) bool) {
+	for _, p := range e.pods {
+		if match(p) {
+			pods[p.pod.Namespace+"/"+p.pod.Name] = p.pod
+		}
+	}
+}
+
+// hand gives pods to the queue; the caller does not hold mu.
+func (w *waits) hand(pods map[string]*v1.Pod) {
 	if len(pods) > 0 && w.activate != nil {
 		w.activate(pods)
 	}

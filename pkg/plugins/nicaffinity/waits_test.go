@@ -150,8 +150,7 @@ func TestHostileWaits(t *testing.T) {
 		{map[string]string{annotations.AlignmentWait: "10m", annotations.Policy: annotations.PolicyRequired}},
 	} {
 		pod := makePod("h", 1, tc.ann, rdma, "1")
-		cycle, st := preFilter(t, pl, pod, nodeInfo("aligned", 8))
-		_ = cycle
+		_, st := preFilter(t, pl, pod, nodeInfo("aligned", 8))
 		if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), annotations.AlignmentWait) || len(st.Message()) > 300 {
 			t.Errorf("%v: PreFilter = %v %q, want UnschedulableAndUnresolvable naming %s, short", tc.ann, st.Code(), st.Message(), annotations.AlignmentWait)
 		}
