@@ -42,10 +42,11 @@ func newSimulateCommand() *cobra.Command {
 		Short: "Replay a GPU workload on a simulated cluster with and without nicaffinity",
 		Long: `Start an in-process control plane (kube-apiserver, etcd), simulated GPU
 nodes with the real topology exporter, and the real scheduler; replay the same
-workload through nicaffinity's policies (required and preferred, with the
-allocation proxy; required as advice to the device plugin alone; where jobs
-have several pods, required with each job a gang on its rails) and through
-the default scheduler, each on a fresh cluster, and report how soon the work
+workload through nicaffinity's policies (bounded, the default, required and
+preferred, with the allocation proxy; required as advice to the device plugin
+alone; where jobs have several pods, bounded with each job a gang on its
+rails) and through the default scheduler (with and without gangs where jobs
+have several pods), each on a fresh cluster, and report how soon the work
 finished: makespan, job completion times and the GPU-hours lost to
 misalignment (a job's communication runs at the bandwidth its worst GPU-NIC
 level allows), then the levels of the GPU-NIC pairs the kubelet handed out,

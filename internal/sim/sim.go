@@ -61,8 +61,8 @@ type Column struct {
 
 // Columns are the runs every simulation compares, on the same workload: the
 // policies with the allocation proxy (so that placements happen), the
-// required policy as advice to the device plugin alone, required with the
-// proxy and each multi-pod job a gang on its rails, the default scheduler
+// required policy as advice to the device plugin alone, the default
+// (bounded) policy with the proxy and each multi-pod job a gang on its rails, the default scheduler
 // with each multi-pod job a gang (upstream's GangScheduling: like for like
 // with gangs+rails), and the default scheduler, which the report compares
 // each with. The default scheduler is last.
@@ -71,7 +71,7 @@ var Columns = []Column{
 	{Name: "required+proxy", Scheduler: Schedulers[0], Kubelet: kubeletsim.Proxy, Policy: annotations.PolicyRequired},
 	{Name: "preferred+proxy", Scheduler: Schedulers[0], Kubelet: kubeletsim.Proxy, Policy: annotations.PolicyPreferred},
 	{Name: "required (advice)", Scheduler: Schedulers[0], Kubelet: kubeletsim.BestEffort, Policy: annotations.PolicyRequired},
-	{Name: "gangs+rails", Scheduler: Schedulers[0], Kubelet: kubeletsim.Proxy, Policy: annotations.PolicyRequired, Gang: true},
+	{Name: "gangs+rails", Scheduler: Schedulers[0], Kubelet: kubeletsim.Proxy, Policy: annotations.PolicyBounded, Gang: true},
 	{Name: "default-scheduler+gangs", Scheduler: Schedulers[1], Kubelet: kubeletsim.BestEffort, Gang: true},
 	{Name: "default-scheduler", Scheduler: Schedulers[1], Kubelet: kubeletsim.BestEffort},
 }

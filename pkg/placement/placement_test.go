@@ -86,3 +86,33 @@ func TestPlanAt(t *testing.T) {
 		t.Error("planned 2 GPUs where 1 is free")
 	}
 }
+
+// TestCapacity: what a node could align emptied, whatever is free now; with
+// a VF resource, next to the NICs that offer it (both here), even with none
+// free, and next to one of them for a pod asking for one VF.
+func TestCapacity(t *testing.T) {
+	obj := nrttest.HalfNICs("n", 1, 5) // most GPUs taken: capacity ignores it
+	for i, z := range obj.Zones {
+		if z.Type == nrt.ZoneNIC {
+			obj.Zones[i].Resources = append(obj.Zones[i].Resources, nrttest.Res("example.com/vf", 4, 0))
+		}
+	}
+	c, err := nrt.Compile(obj, "nvidia.com/gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pix, node := LevelIndex(topology.LevelPIX), LevelIndex(topology.LevelNODE)
+	got := map[string]int{
+		"PIX":              Capacity(c, pix, "", false),
+		"NODE":             Capacity(c, node, "", false),
+		"PIX vf":           Capacity(c, pix, "example.com/vf", false),
+		"NODE vf":          Capacity(c, node, "example.com/vf", false),
+		"PIX vf, one NIC":  Capacity(c, pix, "example.com/vf", true),
+		"NODE vf, one NIC": Capacity(c, node, "example.com/vf", true),
+		"PIX absent":       Capacity(c, pix, "example.com/other", false),
+	}
+	want := map[string]int{"PIX": 4, "NODE": 8, "PIX vf": 4, "NODE vf": 8, "PIX vf, one NIC": 2, "NODE vf, one NIC": 8, "PIX absent": 0}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("capacity (-want,+got):\n%s", diff)
+	}
+}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/internal/cluster"
 	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/doctor"
 	"github.com/nicaffinity/nicaffinity/pkg/kubectlplugin"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
@@ -30,8 +31,9 @@ import (
 )
 
 // TestE2EGPUDirectACS: an HGX H100 node with ACS redirect between GPU 0 and
-// its PIX NIC. A pod that needs every GPU with GPUDirect RDMA stays
-// Pending, and the scheduler's reason names the bridge; doctor pod says so
+// its PIX NIC. A pod that requires every GPU with GPUDirect RDMA (policy
+// required: under the default, bounded, no node could align it, so it would
+// not wait) stays Pending, and the scheduler's reason names the bridge; doctor pod says so
 // too. Once ACS is off (the tree changes as setpci would change it) the
 // exporter republishes, the pod is placed and observed aligned. doctor
 // cluster and doctor pod, the built binary, run against the control plane
@@ -52,9 +54,9 @@ func TestE2EGPUDirectACS(t *testing.T) {
 	}
 	port := tree.BridgeAbove(tree.GPUAddresses()[0])
 
-	placedBefore := schedulerMetric(t, "nicaffinity_scheduler_placements_total", "profile", "nicaffinity-scheduler", "level", "PIX", "policy", "bounded")
+	placedBefore := schedulerMetric(t, "nicaffinity_scheduler_placements_total", "profile", "nicaffinity-scheduler", "level", "PIX", "policy", "required")
 	blockedBefore := schedulerMetric(t, "nicaffinity_scheduler_filter_rejections_total", "profile", "nicaffinity-scheduler", "reason", "gpudirect_impossible")
-	e.submit(t, "whole", 8, podOpts{scheduler: "nicaffinity-scheduler", rdma: true})
+	e.submit(t, "whole", 8, podOpts{scheduler: "nicaffinity-scheduler", rdma: true, ann: map[string]string{annotations.Policy: annotations.PolicyRequired}})
 	if msg := waitFailedScheduling(t, e.cp, "whole"); !strings.Contains(msg, "only 7 of the 8 free GPUs have a NIC at PXB or closer") || !strings.Contains(msg, "ACS redirect on "+port) {
 		t.Fatalf("FailedScheduling = %q, want the ACS redirect on %s named", msg, port)
 	}
@@ -95,8 +97,8 @@ func TestE2EGPUDirectACS(t *testing.T) {
 	if d := schedulerMetric(t, "nicaffinity_scheduler_filter_rejections_total", "profile", "nicaffinity-scheduler", "reason", "gpudirect_impossible") - blockedBefore; d < 1 {
 		t.Errorf("filter_rejections_total{reason=gpudirect_impossible} rose by %v, want at least 1", d)
 	}
-	if d := schedulerMetric(t, "nicaffinity_scheduler_placements_total", "profile", "nicaffinity-scheduler", "level", "PIX", "policy", "bounded") - placedBefore; d < 1 {
-		t.Errorf("placements_total{level=PIX,policy=bounded} (the default policy, within its wait) rose by %v, want at least 1", d)
+	if d := schedulerMetric(t, "nicaffinity_scheduler_placements_total", "profile", "nicaffinity-scheduler", "level", "PIX", "policy", "required") - placedBefore; d < 1 {
+		t.Errorf("placements_total{level=PIX,policy=required} rose by %v, want at least 1", d)
 	}
 	obs := e.observed(t, "whole")
 	if !obs.Aligned || len(obs.GPUDirect) != 0 || obs.Level != "PIX" {

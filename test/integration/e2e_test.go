@@ -545,7 +545,7 @@ func TestE2EGB200(t *testing.T) {
 		}
 	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "no-c2c", Namespace: "default"},
+		ObjectMeta: metav1.ObjectMeta{Name: "no-c2c", Namespace: "default", Annotations: map[string]string{annotations.Policy: annotations.PolicyRequired}},
 		Spec: corev1.PodSpec{SchedulerName: "nicaffinity-scheduler", Containers: []corev1.Container{{Name: "train", Image: "train",
 			Env:       []corev1.EnvVar{{Name: "NCCL_NET_GDR_C2C", Value: "0"}},
 			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), "rdma/hca": resource.MustParse("1")}}}}},

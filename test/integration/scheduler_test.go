@@ -104,8 +104,9 @@ func TestSchedulerPlacesNextToNICs(t *testing.T) {
 		t.Errorf("plan %+v, want one PIX GPU with its NIC on nics-free", plan)
 	}
 
-	// Five GPUs at PIX: no node has five GPUs next to a NIC.
-	if _, err := cp.Kube.CoreV1().Pods("default").Create(ctx, rdmaPod("five-pix", 5, map[string]string{annotations.MaxLevel: "PIX"}), metav1.CreateOptions{}); err != nil {
+	// Five GPUs at PIX: no node has five GPUs next to a NIC. Required: a
+	// bounded pod (the default) would not wait for what no node has.
+	if _, err := cp.Kube.CoreV1().Pods("default").Create(ctx, rdmaPod("five-pix", 5, map[string]string{annotations.MaxLevel: "PIX", annotations.Policy: annotations.PolicyRequired}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var msg string

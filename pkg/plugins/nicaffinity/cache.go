@@ -53,6 +53,9 @@ type Cache struct {
 	spread scoreSpread
 	// skip tells PreFilter when Filter would add nothing (skip.go).
 	skip skipCounts
+	// caps tells PreFilter when no node could ever align a request
+	// (unalignable.go).
+	caps alignCaps
 	// vfIndex are the nodes offering each VF resource (nodeset.go).
 	vfIndex atomic.Pointer[vfNodeIndex]
 	// scoring fills each new view's answers.
@@ -369,6 +372,7 @@ func (c *Cache) remove(node string) {
 	c.setRails(e, nil)
 	c.spread.replace(e.view, nil)
 	c.skip.replace(e.view, nil)
+	c.caps.replace(e.view, nil)
 	c.indexVFs(node, e, nil)
 	c.nodesChanged()
 	c.setState(e, "")
@@ -460,6 +464,7 @@ func (c *Cache) rebuild(node string) {
 	}
 	c.spread.replace(e.view, v)
 	c.skip.replace(e.view, v)
+	c.caps.replace(e.view, v)
 	c.indexVFs(node, e, v)
 	e.view = v
 	c.setState(e, stateOf(e))

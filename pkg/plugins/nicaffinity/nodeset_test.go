@@ -93,8 +93,12 @@ func TestPreFilterVFCandidates(t *testing.T) {
 		{name: "missingTopology: Ignore passes nodes without objects", args: func(a *Args) { a.MissingTopology = MissingIgnore },
 			pod: podSpec{gpus: 1, extra: []string{sriov, "1"}}},
 		{name: "VFs no node offers", args: func(a *Args) { a.SRIOVResourceNames = []string{sriov, "openshift.io/sriov_net"} },
-			pod: podSpec{gpus: 1, extra: []string{sriov, "1", "openshift.io/sriov_net", "1"}}, wantCode: fwk.UnschedulableAndUnresolvable,
-			wantMsg: "no node's NodeResourceTopology offers VFs of openshift.io/sriov_net"},
+			pod: podSpec{gpus: 1, extra: []string{sriov, "1", "openshift.io/sriov_net", "1"}}, ann: map[string]string{annotations.Policy: annotations.PolicyRequired},
+			wantCode: fwk.UnschedulableAndUnresolvable, wantMsg: "no node's NodeResourceTopology offers VFs of openshift.io/sriov_net"},
+		// Bounded (the default): no node could align it, so it does not
+		// wait (unalignable.go) and is only scored.
+		{name: "VFs no node offers, bounded", args: func(a *Args) { a.SRIOVResourceNames = []string{sriov, "openshift.io/sriov_net"} },
+			pod: podSpec{gpus: 1, extra: []string{sriov, "1", "openshift.io/sriov_net", "1"}}, wantCode: fwk.Skip},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -89,8 +89,9 @@ func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v
 	if !ok || !req.RDMA && takesLargestNode(nodes, v1.ResourceName(pl.args.GPUResourceName), int64(req.GPUs)) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	if req.Bounded && req.Required && pl.relaxed(cycle, pod, req.Job) {
-		// Its wait for aligned GPUs is over: placed as preferred.
+	if req.Bounded && req.Required && pl.relaxed(cycle, pod, req, nodes) {
+		// Its wait for aligned GPUs is over, or no node could end it
+		// (unalignable.go): placed as preferred.
 		req.Required, req.Common = false, false
 	}
 	if req.FollowRails {
@@ -111,21 +112,25 @@ func (pl *NICAffinity) PreFilter(_ context.Context, cycle fwk.CycleState, pod *v
 	return pl.vfCandidates(req)
 }
 
-// relaxed reports whether the wait of the pod's job is over. A pod-group
-// cycle asks once for the whole group (the answer is kept in the
-// placement's cycle state), so a gang whose wait ends mid-cycle is not
+// relaxed reports whether the wait of the pod's job is over, or whether no
+// node of the cluster could ever align the pod, so that waiting is in vain.
+// A pod-group cycle asks once for the whole group (the answer is kept in
+// the placement's cycle state), so a gang whose wait ends mid-cycle is not
 // split: its members are placed alike.
-func (pl *NICAffinity) relaxed(cycle fwk.CycleState, pod *v1.Pod, job string) bool {
+func (pl *NICAffinity) relaxed(cycle fwk.CycleState, pod *v1.Pod, req *request, nodes []fwk.NodeInfo) bool {
+	ask := func() bool {
+		return pl.waits.over(pod, req.Job) || pl.cache.unalignable(req) && pl.covered(nodes)
+	}
 	ps := cycle.GetPlacementCycleState()
-	if ps == nil || job == "" {
-		return pl.waits.over(pod, job)
+	if ps == nil || req.Job == "" {
+		return ask()
 	}
 	if d, err := ps.Read(relaxKey); err == nil {
 		if r, ok := d.(*relaxState); ok {
 			return r.over
 		}
 	}
-	r := &relaxState{over: pl.waits.over(pod, job)}
+	r := &relaxState{over: ask()}
 	ps.Write(relaxKey, r)
 	return r.over
 }

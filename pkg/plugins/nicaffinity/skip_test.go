@@ -55,7 +55,11 @@ func TestPreFilterSkipsFilter(t *testing.T) {
 		{name: "reserved, staleTopology Reject", args: func(a *Args) { a.StaleTopology = StaleReject }, objs: []*v1alpha2.NodeResourceTopology{h100, h100b}, reserve: true,
 			nodes: []fwk.NodeInfo{nodeInfo("h100", 8), nodeInfo("h100-b", 8)}, pod: podSpec{gpus: 1, extra: one}},
 		{name: "VFs", objs: []*v1alpha2.NodeResourceTopology{h100}, nodes: []fwk.NodeInfo{nodeInfo("h100", 8)},
-			pod: podSpec{gpus: 1, extra: []string{"openshift.io/sriov_highnet", "1"}}},
+			pod: podSpec{gpus: 1, extra: []string{"openshift.io/sriov_highnet", "1"}, ann: map[string]string{annotations.Policy: annotations.PolicyRequired}}},
+		// Bounded, and no node offers its VFs: it does not wait
+		// (unalignable.go), so Filter passes every node.
+		{name: "VFs no node offers, bounded", objs: []*v1alpha2.NodeResourceTopology{h100}, nodes: []fwk.NodeInfo{nodeInfo("h100", 8)},
+			pod: podSpec{gpus: 1, extra: []string{"openshift.io/sriov_highnet", "1"}}, want: true},
 		{name: "a level of its own", objs: []*v1alpha2.NodeResourceTopology{h100}, nodes: []fwk.NodeInfo{nodeInfo("h100", 8)},
 			pod: podSpec{gpus: 1, extra: one, ann: map[string]string{annotations.MaxLevel: "PIX"}}},
 		// Filter passes every node for pods it does not constrain, a GPU

@@ -3,6 +3,7 @@
 package nicaffinity
 
 import (
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -132,6 +133,44 @@ func TestGangRelaxesWhole(t *testing.T) {
 		if st := cycleOn(t, pl, p, "misaligned"); !st.IsSuccess() {
 			t.Errorf("%s after the job's wait: %v", p.Name, st)
 		}
+	}
+}
+
+// TestUnalignableDoesNotWait: a bounded pod that no node could align even
+// emptied (every node here has NICs next to 4 of its 8 GPUs) is placed as
+// preferred at once, with no wait; a pod some node could align waits; and
+// while some node's capacity is unknown (an object that cannot be read, a
+// node with GPUs and no object) every pod waits: unknown is not unalignable.
+func TestUnalignableDoesNotWait(t *testing.T) {
+	pl, _, _ := boundedPlugin(t)
+	bounded := map[string]string{annotations.Policy: annotations.PolicyBounded}
+	five, four := makePod("five", 5, bounded, rdma, "1"), makePod("four", 4, bounded, rdma, "1")
+	if st := cycleOn(t, pl, five, "aligned"); !st.IsSuccess() {
+		t.Fatalf("5 GPUs where no node has more than 4 aligned: %v, want placed at once", st)
+	}
+	if st := cycleOn(t, pl, four, "misaligned"); st.IsSuccess() {
+		t.Fatalf("4 GPUs, which the node \"aligned\" could give: passed, want turned down")
+	}
+	if _, ok := pl.NextRelax(); !ok {
+		t.Errorf("the 4-GPU pod does not wait")
+	}
+
+	// A node with GPUs and no object: its capacity is unknown.
+	cycle, st := preFilter(t, pl, five, nodeInfo("aligned", 8), nodeInfo("no-object", 8))
+	if st.IsSuccess() {
+		st = pl.Filter(t.Context(), cycle, five, nodeInfo("aligned", 8))
+	}
+	if st.IsSuccess() {
+		t.Errorf("beside a node without an object: passed, want turned down (it might align the pod)")
+	}
+	// An object that cannot be read: the same.
+	pl.cache.set("unreadable", "1", nil, errors.New("garbled"), nil)
+	if st := cycleOn(t, pl, five, "aligned"); st.IsSuccess() {
+		t.Errorf("beside an unreadable object: passed, want turned down")
+	}
+	pl.cache.remove("unreadable")
+	if st := cycleOn(t, pl, five, "aligned"); !st.IsSuccess() {
+		t.Errorf("once the unreadable node left: %v, want placed at once", st)
 	}
 }
 

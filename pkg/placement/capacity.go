@@ -1,0 +1,29 @@
+package placement
+
+import "github.com/nicaffinity/nicaffinity/pkg/nrt"
+
+// Capacity is how many of the node's healthy GPUs would have a usable NIC
+// at level index li or closer with every pod gone. Where res is not "", it
+// counts only NICs that offer VFs of res at all (free or not): with one
+// such NIC when one is set (a pod asking for one VF takes it from one NIC,
+// and every GPU it gets must be near that one), else with all of them (an
+// upper bound for pods asking for more). A pod asking for more GPUs than a
+// node's Capacity can never be aligned there, whatever leaves it: no wait
+// ends in alignment on that node.
+func Capacity(c *nrt.Compiled, li int, res string, one bool) int {
+	if res == "" {
+		return (c.Healthy & c.AnyNear[li]).Count()
+	}
+	var all nrt.GPUSet
+	most := 0
+	for n, nic := range c.NICs {
+		if _, ok := nic.VFs[res]; ok {
+			all |= c.Near[li][n]
+			most = max(most, (c.Healthy & c.Near[li][n]).Count())
+		}
+	}
+	if one {
+		return most
+	}
+	return (c.Healthy & all).Count()
+}
