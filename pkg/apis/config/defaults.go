@@ -34,7 +34,7 @@ const (
 
 	// DefaultAlignmentWait is how long a bounded pod waits for aligned
 	// GPUs (docs/scheduler.md, Bounded wait).
-	DefaultAlignmentWait = 15 * time.Minute
+	DefaultAlignmentWait = 30 * time.Minute
 
 	DefaultReservationTimeout = 2 * time.Minute
 	// DefaultTopologyMaxAge is five of the exporter's default resync

@@ -20,7 +20,7 @@ func defaults() *config.NICAffinityArgs {
 	return &config.NICAffinityArgs{
 		GPUResourceName: "nvidia.com/gpu", RDMAResourcePrefixes: []string{"rdma/"}, SRIOVResourceNames: []string{"openshift.io/sriov_highnet"},
 		DefaultMaxLevel: "P2C", DefaultPolicy: "bounded", MissingTopology: "Reject", StaleTopology: "Reserve",
-		AlignmentWait: metav1.Duration{Duration: 15 * time.Minute}, ReservationTimeout: metav1.Duration{Duration: 2 * time.Minute}, TopologyMaxAge: metav1.Duration{Duration: 5 * time.Minute},
+		AlignmentWait: metav1.Duration{Duration: 30 * time.Minute}, ReservationTimeout: metav1.Duration{Duration: 2 * time.Minute}, TopologyMaxAge: metav1.Duration{Duration: 5 * time.Minute},
 		AnnotateAt: "Bind", ScoringStrategy: config.ScoringStrategy{Type: "Balanced", LevelWeight: 3, CertaintyWeight: 2, PackingWeight: 1},
 		JobLabels: podreq.DefaultJobLabels,
 	}

@@ -31,7 +31,7 @@ type NICAffinityArgs struct {
 	// AlignmentWait is how long a bounded pod waits for aligned GPUs, on
 	// the scheduler's clock from the first time the plugin turned a node
 	// down for it; a pod's nicaffinity.io/alignment-wait overrides it.
-	// 1s to 24h; default 15m.
+	// 1s to 24h; default 30m.
 	AlignmentWait *metav1.Duration `json:"alignmentWait,omitempty"`
 	// MissingTopology says what a node without a usable NodeResourceTopology
 	// (none, or one that cannot be read) means for pods with a required
