@@ -12,7 +12,6 @@ package machines
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 
@@ -65,8 +64,8 @@ func Names() []string {
 }
 
 // Load reads a machine of the catalogue by name: a sysfs shape through the
-// real sysfs reader, from a tree written in a temporary directory (removed
-// after), or a profile through the NCCL XML importer.
+// real sysfs reader, from a tree built in memory (nothing is written to
+// disk), or a profile through the NCCL XML importer.
 func Load(name string) (*topology.Topology, error) {
 	if p, ok := strings.CutPrefix(name, ProfilePrefix); ok {
 		return profiles.Load(p)
@@ -76,10 +75,5 @@ func Load(name string) (*topology.Topology, error) {
 		return nil, fmt.Errorf("unknown machine %q: want one of %s, or %s<name> (%s)", name, strings.Join(ShapeNames(), ", "),
 			ProfilePrefix, strings.Join(profiles.Names(), ", "))
 	}
-	dir, err := os.MkdirTemp("", "nicaffinity-machine")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	return Discover(dir, m.Build)
+	return Discover("", m.Build)
 }

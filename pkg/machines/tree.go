@@ -2,7 +2,9 @@ package machines
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -31,14 +33,20 @@ const (
 	DeviceDataDirect = 0x2100
 )
 
-// Tree is a sysfs tree under Root.
+// Tree is a sysfs tree: on disk under Root (New), or in memory (InMemory,
+// Root empty). Tests that change a tree under a running reader use a tree
+// on disk; the catalogue reads its shapes from trees in memory.
 type Tree struct {
 	Root string
 	err  error
+	mem  *memFS
 }
 
 // New starts an empty tree in dir (usually t.TempDir()).
 func New(dir string) *Tree { return &Tree{Root: dir} }
+
+// InMemory starts an empty tree in memory.
+func InMemory() *Tree { return &Tree{mem: newMemFS()} }
 
 // Err is the first error any call hit.
 func (t *Tree) Err() error { return t.err }
@@ -55,20 +63,77 @@ func (t *Tree) fail(err error) {
 }
 
 // WriteFile writes a file below the root, creating its directory.
-func (t *Tree) WriteFile(rel, content string) {
+func (t *Tree) WriteFile(rel, content string) { t.WriteBytes(rel, []byte(content+"\n")) }
+
+// WriteBytes writes a binary file below the root (a config space).
+func (t *Tree) WriteBytes(rel string, content []byte) {
+	if t.mem != nil {
+		t.fail(t.mem.writeFile(path.Clean(rel), content))
+		return
+	}
 	p := filepath.Join(t.Root, rel)
 	t.fail(os.MkdirAll(filepath.Dir(p), 0o755))
-	t.fail(os.WriteFile(p, []byte(content+"\n"), 0o644))
+	t.fail(os.WriteFile(p, content, 0o644))
 }
 
 // Symlink makes rel a relative symlink to target (both below the root).
 func (t *Tree) Symlink(rel, target string) {
+	r, err := filepath.Rel(path.Dir(path.Clean(rel)), path.Clean(target))
+	t.fail(err)
+	if t.mem != nil {
+		t.fail(t.mem.symlink(r, path.Clean(rel)))
+		return
+	}
 	p := filepath.Join(t.Root, rel)
 	t.fail(os.MkdirAll(filepath.Dir(p), 0o755))
-	r, err := filepath.Rel(filepath.Dir(p), filepath.Join(t.Root, target))
-	t.fail(err)
 	_ = os.Remove(p)
 	t.fail(os.Symlink(r, p))
+}
+
+// MkdirAll makes a directory below the root, and its parents.
+func (t *Tree) MkdirAll(rel string) {
+	if t.mem != nil {
+		_, err := t.mem.mkdirAll(path.Clean(rel))
+		t.fail(err)
+		return
+	}
+	t.fail(os.MkdirAll(filepath.Join(t.Root, rel), 0o755))
+}
+
+// RemoveAll removes rel and what is below it (a link, not its target).
+func (t *Tree) RemoveAll(rel string) {
+	if t.mem != nil {
+		t.fail(t.mem.removeAll(path.Clean(rel)))
+		return
+	}
+	t.fail(os.RemoveAll(filepath.Join(t.Root, rel)))
+}
+
+// files is the tree as an fs.FS, links followed: what its own helpers
+// read it through.
+func (t *Tree) files() fs.FS {
+	if t.mem != nil {
+		return t.mem
+	}
+	return os.DirFS(t.Root)
+}
+
+// resolve is rel with every link followed, below the root.
+func (t *Tree) resolve(rel string) (string, error) {
+	if t.mem != nil {
+		_, at, err := t.mem.lookup(path.Clean(rel), true)
+		return at, err
+	}
+	real, err := filepath.EvalSymlinks(filepath.Join(t.Root, rel))
+	if err != nil {
+		return "", err
+	}
+	root, err := filepath.EvalSymlinks(t.Root)
+	if err != nil {
+		return "", err
+	}
+	r, err := filepath.Rel(root, real)
+	return filepath.ToSlash(r), err
 }
 
 // NUMANode writes /sys/devices/system/node/node<id>/cpulist.
@@ -112,7 +177,7 @@ func (t *Tree) PCI(path string, f Func) {
 	parts := strings.Split(path, "/")
 	for i := 1; i < len(parts)-1; i++ {
 		bp := strings.Join(parts[:i+1], "/")
-		if _, err := os.Stat(filepath.Join(t.Root, "devices", bp)); err == nil {
+		if _, err := fs.Stat(t.files(), "devices/"+bp); err == nil {
 			continue
 		}
 		vendor, device := uint16(VendorPLX), uint16(0x8796)
@@ -179,7 +244,7 @@ func (t *Tree) RDMA(path, name, netdev string, ports ...Port) {
 		t.WriteFile(pd+"/rate", p.Rate)
 	}
 	if netdev != "" {
-		t.fail(os.MkdirAll(filepath.Join(t.Root, dev, "net", netdev), 0o755))
+		t.MkdirAll(dev + "/net/" + netdev)
 	}
 	t.Symlink("class/infiniband/"+name, ib)
 }
@@ -205,13 +270,20 @@ func (t *Tree) NUMAStatus(addr string, node int) {
 
 // Reader is the sysfs reader of the tree, its NVIDIA procfs included.
 func (t *Tree) Reader() *sysfs.Reader {
+	if t.mem != nil {
+		return sysfs.New(sysfs.WithFS(t.mem), sysfs.WithNVIDIAProc(NVIDIAProcDir))
+	}
 	return sysfs.New(sysfs.WithRoot(t.Root), sysfs.WithNVIDIAProc(filepath.Join(t.Root, NVIDIAProcDir)))
 }
 
-// Discover builds a machine's tree under dir and reads it back with the
-// sysfs reader: the machine's topology as discovery would see it.
+// Discover builds a machine's tree under dir (in memory when dir is "")
+// and reads it back with the sysfs reader: the machine's topology as
+// discovery would see it.
 func Discover(dir string, build func(*Tree)) (*topology.Topology, error) {
 	t := New(dir)
+	if dir == "" {
+		t = InMemory()
+	}
 	build(t)
 	if err := t.Err(); err != nil {
 		return nil, err
@@ -219,18 +291,11 @@ func Discover(dir string, build func(*Tree)) (*topology.Topology, error) {
 	return t.Reader().Discover()
 }
 
-// WriteBytes writes a binary file below the root (a config space).
-func (t *Tree) WriteBytes(rel string, content []byte) {
-	p := filepath.Join(t.Root, rel)
-	t.fail(os.MkdirAll(filepath.Dir(p), 0o755))
-	t.fail(os.WriteFile(p, content, 0o644))
-}
-
 // Module marks a kernel module loaded (/sys/module/<name>), with its taint
 // letters when taint is not empty ("POE" for the proprietary nvidia module,
 // "OE" for the open one).
 func (t *Tree) Module(name, taint string) {
-	t.fail(os.MkdirAll(filepath.Join(t.Root, "module", name), 0o755))
+	t.MkdirAll("module/" + name)
 	if taint != "" {
 		t.WriteFile("module/"+name+"/taint", taint)
 	}
@@ -238,16 +303,16 @@ func (t *Tree) Module(name, taint string) {
 
 // RemoveModule unloads a module from the tree.
 func (t *Tree) RemoveModule(name string) {
-	t.fail(os.RemoveAll(filepath.Join(t.Root, "module", name)))
+	t.RemoveAll("module/" + name)
 }
 
 // IOMMU registers IOMMU units (dmar0, ...); none leaves /sys/class/iommu
 // empty, which reads as IOMMU off. domain is the type every GPU's group
 // gets ("identity", "DMA-FQ"); empty writes none.
 func (t *Tree) IOMMU(domain string, units ...string) {
-	t.fail(os.MkdirAll(filepath.Join(t.Root, "class", "iommu"), 0o755))
+	t.MkdirAll("class/iommu")
 	for _, u := range units {
-		t.fail(os.MkdirAll(filepath.Join(t.Root, "class", "iommu", u), 0o755))
+		t.MkdirAll("class/iommu/" + u)
 	}
 	if domain == "" {
 		return
@@ -313,24 +378,21 @@ type function struct {
 
 // functions lists the tree's PCI functions through /sys/bus/pci/devices.
 func (t *Tree) functions() []function {
-	links, err := filepath.Glob(filepath.Join(t.Root, "bus", "pci", "devices", "*"))
+	links, err := fs.Glob(t.files(), "bus/pci/devices/*")
 	t.fail(err)
 	var out []function
 	for _, l := range links {
-		real, err := filepath.EvalSymlinks(l)
+		real, err := t.resolve(l)
 		if err != nil {
 			t.fail(err)
 			continue
 		}
-		root, _ := filepath.EvalSymlinks(t.Root)
-		rel, _ := filepath.Rel(root, real)
-		var f function
-		f.path = filepath.ToSlash(rel)
+		f := function{path: real}
 		var v, c uint64
-		if b, err := os.ReadFile(filepath.Join(real, "vendor")); err == nil {
+		if b, err := fs.ReadFile(t.files(), real+"/vendor"); err == nil {
 			v, _ = strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(string(b)), "0x"), 16, 16)
 		}
-		if b, err := os.ReadFile(filepath.Join(real, "class")); err == nil {
+		if b, err := fs.ReadFile(t.files(), real+"/class"); err == nil {
 			c, _ = strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(string(b)), "0x"), 16, 32)
 		}
 		f.vendor, f.class = uint16(v), uint32(c)
@@ -361,7 +423,7 @@ func (t *Tree) SetPort(rdma string, port int, attr, value string) {
 
 // RDMANames lists the tree's RDMA devices.
 func (t *Tree) RDMANames() []string {
-	entries, err := os.ReadDir(filepath.Join(t.Root, "class", "infiniband"))
+	entries, err := fs.ReadDir(t.files(), "class/infiniband")
 	t.fail(err)
 	var out []string
 	for _, e := range entries {
@@ -384,21 +446,21 @@ func (t *Tree) GPUDirectReady() {
 	t.ACSAll(0)
 	for i, name := range t.RDMANames() {
 		t.Verbs(name, fmt.Sprintf("uverbs%d", i))
-		ports, err := filepath.Glob(filepath.Join(t.Root, "class", "infiniband", name, "ports", "*"))
+		ports, err := fs.Glob(t.files(), "class/infiniband/"+name+"/ports/*")
 		t.fail(err)
 		for _, p := range ports {
-			n, _ := strconv.Atoi(filepath.Base(p))
+			n, _ := strconv.Atoi(path.Base(p))
 			t.SetPort(name, n, "phys_state", "5: LinkUp")
-			ll, _ := os.ReadFile(filepath.Join(p, "link_layer"))
+			ll, _ := fs.ReadFile(t.files(), p+"/link_layer")
 			mtu := "4092"
 			if strings.TrimSpace(string(ll)) == "Ethernet" {
 				mtu = "9000"
 				t.GID(name, n, 0, "fe80:0000:0000:0000:0ac0:ebff:fe00:0001", "IB/RoCE v1")
 				t.GID(name, n, 1, "fe80:0000:0000:0000:0ac0:ebff:fe00:0001", "RoCE v2")
 			}
-			nets, _ := filepath.Glob(filepath.Join(t.Root, "class", "infiniband", name, "device", "net", "*"))
+			nets, _ := fs.Glob(t.files(), "class/infiniband/"+name+"/device/net/*")
 			for _, nd := range nets {
-				t.fail(os.WriteFile(filepath.Join(nd, "mtu"), []byte(mtu+"\n"), 0o644))
+				t.WriteFile(nd+"/mtu", mtu)
 			}
 		}
 	}

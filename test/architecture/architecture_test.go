@@ -275,3 +275,39 @@ func TestDocsAreReference(t *testing.T) {
 		}
 	}
 }
+
+// TestPkgWritesNoTempFiles: no product package under pkg/ makes temporary
+// files or directories: host data and the catalogue's machines are read
+// where they are (the catalogue's sysfs trees are built in memory), so a
+// product never leaves files behind or depends on a writable /tmp.
+func TestPkgWritesNoTempFiles(t *testing.T) {
+	seen := 0
+	err := filepath.WalkDir(filepath.Join("..", "..", "pkg"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasSuffix(d.Name(), "test") || d.Name() == "testdata" {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		seen++
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, call := range []string{"os.MkdirTemp(", "os.CreateTemp("} {
+			if strings.Contains(string(b), call) {
+				t.Errorf("%s calls %s", path, call)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen < 100 {
+		t.Fatalf("only %d files read", seen)
+	}
+}

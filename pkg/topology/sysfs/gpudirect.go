@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,27 +19,27 @@ const maxVerbsDevices = 4096
 // verbs device of every RDMA device in h. Facts that cannot be read stay
 // unknown; the result is nil when none could be read (a tree without
 // module or IOMMU data, as most fixtures are).
-func readGPUDirect(root, kernel string, h topology.HostData) (*topology.GPUDirect, error) {
+func (t tree) readGPUDirect(root, kernel string, h topology.HostData) (*topology.GPUDirect, error) {
 	g := &topology.GPUDirect{KernelRelease: kernel}
 	modules := filepath.Join(root, "module")
-	_, err := os.Stat(modules)
+	_, err := t.f.Stat(modules)
 	modulesKnown := err == nil
 	if modulesKnown {
 		g.PeerMem = topology.PeerMemAbsent
 		for _, m := range []string{"nvidia_peermem", "nv_peer_mem"} {
-			if _, err := os.Stat(filepath.Join(modules, m)); err == nil {
+			if _, err := t.f.Stat(filepath.Join(modules, m)); err == nil {
 				g.PeerMem = topology.PeerMemLoaded
 			}
 		}
 		for _, m := range topology.RDMADriverModules {
-			if _, err := os.Stat(filepath.Join(modules, m)); err == nil {
+			if _, err := t.f.Stat(filepath.Join(modules, m)); err == nil {
 				g.RDMADrivers = append(g.RDMADrivers, m)
 			}
 		}
 		g.NVIDIAModule = topology.ModuleAbsent
-		if _, err := os.Stat(filepath.Join(modules, "nvidia")); err == nil {
+		if _, err := t.f.Stat(filepath.Join(modules, "nvidia")); err == nil {
 			// The kernel's taint letters: P marks a proprietary module.
-			taint, ok, err := readOptional(filepath.Join(modules, "nvidia"), "taint")
+			taint, ok, err := t.readOptional(filepath.Join(modules, "nvidia"), "taint")
 			switch {
 			case err != nil || !ok:
 				g.NVIDIAModule = topology.Unknown
@@ -51,15 +50,15 @@ func readGPUDirect(root, kernel string, h topology.HostData) (*topology.GPUDirec
 			}
 		}
 	}
-	if g.IOMMU, err = readIOMMU(root, h.PCI); err != nil {
+	if g.IOMMU, err = t.readIOMMU(root, h.PCI); err != nil {
 		return nil, err
 	}
-	verbs, err := readVerbs(root)
+	verbs, err := t.readVerbs(root)
 	if err != nil {
 		return nil, err
 	}
 	if verbs == nil && modulesKnown {
-		if _, err := os.Stat(filepath.Join(modules, "ib_uverbs")); err != nil {
+		if _, err := t.f.Stat(filepath.Join(modules, "ib_uverbs")); err != nil {
 			verbs = map[string]string{} // ib_uverbs not loaded: no verbs devices
 		}
 	}
@@ -82,8 +81,8 @@ func readGPUDirect(root, kernel string, h topology.HostData) (*topology.GPUDirec
 // support, or a tree without it); an empty one is off; otherwise the
 // domain type of the GPUs' groups: identity is passthrough, DMA or DMA-FQ
 // translated.
-func readIOMMU(root string, pci []topology.PCIRecord) (string, error) {
-	units, err := os.ReadDir(filepath.Join(root, "class", "iommu"))
+func (t tree) readIOMMU(root string, pci []topology.PCIRecord) (string, error) {
+	units, err := t.f.ReadDir(filepath.Join(root, "class", "iommu"))
 	if err != nil {
 		return topology.Unknown, nil
 	}
@@ -96,7 +95,7 @@ func readIOMMU(root string, pci []topology.PCIRecord) (string, error) {
 			continue
 		}
 		dir := filepath.Join(root, filepath.FromSlash(r.Path), "iommu_group")
-		typ, ok, err := readOptional(dir, "type")
+		typ, ok, err := t.readOptional(dir, "type")
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return "", err
 		}
@@ -115,9 +114,9 @@ func readIOMMU(root string, pci []topology.PCIRecord) (string, error) {
 // readVerbs maps RDMA device names to their verbs devices
 // (/sys/class/infiniband_verbs/uverbsN/ibdev); nil when the class is not
 // there.
-func readVerbs(root string) (map[string]string, error) {
+func (t tree) readVerbs(root string) (map[string]string, error) {
 	dir := filepath.Join(root, "class", "infiniband_verbs")
-	entries, err := os.ReadDir(dir)
+	entries, err := t.f.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -132,7 +131,7 @@ func readVerbs(root string) (map[string]string, error) {
 		if n, err := strconv.Atoi(strings.TrimPrefix(e.Name(), "uverbs")); err != nil || n < 0 || n > 9999 || !strings.HasPrefix(e.Name(), "uverbs") {
 			continue // abi_version, or a name the kernel does not make
 		}
-		ibdev, ok, err := readOptional(filepath.Join(dir, e.Name()), "ibdev")
+		ibdev, ok, err := t.readOptional(filepath.Join(dir, e.Name()), "ibdev")
 		if err != nil {
 			return nil, err
 		}

@@ -9,12 +9,10 @@ import (
 	"io"
 	"io/fs"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 )
@@ -25,6 +23,8 @@ type Reader struct {
 	kernel string
 	// nvidiaProc is the NVIDIA driver's procfs directory.
 	nvidiaProc string
+	// files reads the tree: the os package, or an fs.FS (WithFS).
+	files files
 }
 
 // Option configures a Reader.
@@ -44,12 +44,21 @@ func WithKernelRelease(release string) Option { return func(r *Reader) { r.kerne
 // is not there reads as no such GPU.
 func WithNVIDIAProc(dir string) Option { return func(r *Reader) { r.nvidiaProc = dir } }
 
+// WithFS reads the tree from fsys instead of the host's file system: its
+// root is fsys's root, and a WithNVIDIAProc directory is a path in fsys.
+// fsys must implement fs.ReadLinkFS (sysfs is made of links); the
+// catalogue's machines are built in memory and read this way, so reading
+// one writes nothing to disk.
+func WithFS(fsys fs.FS) Option {
+	return func(r *Reader) { r.files, r.root = fsFiles{fsys}, "." }
+}
+
 // New returns a Reader of /sys unless WithRoot says otherwise. The NVIDIA
 // procfs is read from /proc/driver/nvidia when the root is /sys, from
 // WithNVIDIAProc's directory when given, else not at all: a tree read from
 // elsewhere never mixes in this host's GPUs.
 func New(opts ...Option) *Reader {
-	r := &Reader{root: "/sys"}
+	r := &Reader{root: "/sys", files: osFiles{}}
 	for _, o := range opts {
 		o(r)
 	}
@@ -63,41 +72,42 @@ func New(opts ...Option) *Reader {
 // the file or device it is about.
 func (r *Reader) Read() (topology.HostData, error) {
 	var h topology.HostData
-	root, err := filepath.EvalSymlinks(r.root)
+	t := tree{f: r.files}
+	root, err := t.f.EvalSymlinks(r.root)
 	if err != nil {
 		return h, fmt.Errorf("sysfs root %s: %w", r.root, err)
 	}
-	if h.PCI, err = readPCI(root, &h.Notes); err != nil {
+	if h.PCI, err = t.readPCI(root, &h.Notes); err != nil {
 		return h, err
 	}
 	for i := range h.PCI {
 		if r.nvidiaProc != "" && topology.IsNVIDIAGPU(h.PCI[i].Vendor, h.PCI[i].Class) {
-			if h.PCI[i].MemoryNUMANode, err = readNUMAStatus(r.nvidiaProc, h.PCI[i].Address); err != nil {
+			if h.PCI[i].MemoryNUMANode, err = t.readNUMAStatus(r.nvidiaProc, h.PCI[i].Address); err != nil {
 				return h, err
 			}
 		}
 	}
-	if h.RDMA, err = readRDMA(root); err != nil {
+	if h.RDMA, err = t.readRDMA(root); err != nil {
 		return h, err
 	}
-	if h.NUMANodes, err = readNUMA(root); err != nil {
+	if h.NUMANodes, err = t.readNUMA(root); err != nil {
 		return h, err
 	}
-	if h.GPUDirect, err = readGPUDirect(root, r.kernel, h); err != nil {
+	if h.GPUDirect, err = t.readGPUDirect(root, r.kernel, h); err != nil {
 		return h, err
 	}
 	return h, nil
 }
 
-func readPCI(root string, notes *[]string) ([]topology.PCIRecord, error) {
+func (t tree) readPCI(root string, notes *[]string) ([]topology.PCIRecord, error) {
 	dir := filepath.Join(root, "bus", "pci", "devices")
-	entries, err := os.ReadDir(dir)
+	entries, err := t.f.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("listing PCI devices: %w", err)
 	}
 	out := make([]topology.PCIRecord, 0, len(entries))
 	for _, e := range entries {
-		rec, err := readFunction(root, filepath.Join(dir, e.Name()), notes)
+		rec, err := t.readFunction(root, filepath.Join(dir, e.Name()), notes)
 		if err != nil {
 			return nil, fmt.Errorf("PCI device %s: %w", e.Name(), err)
 		}
@@ -106,13 +116,13 @@ func readPCI(root string, notes *[]string) ([]topology.PCIRecord, error) {
 	return out, nil
 }
 
-func readFunction(root, link string, notes *[]string) (topology.PCIRecord, error) {
+func (t tree) readFunction(root, link string, notes *[]string) (topology.PCIRecord, error) {
 	var rec topology.PCIRecord
 	addr, err := topology.NormalizeBusID(filepath.Base(link))
 	if err != nil {
 		return rec, err
 	}
-	real, err := filepath.EvalSymlinks(link)
+	real, err := t.f.EvalSymlinks(link)
 	if err != nil {
 		return rec, fmt.Errorf("resolving %s: %w", link, err)
 	}
@@ -121,21 +131,21 @@ func readFunction(root, link string, notes *[]string) (topology.PCIRecord, error
 		return rec, fmt.Errorf("%s resolves to %s, outside the sysfs root %s", link, real, root)
 	}
 	rec.Address, rec.Path = addr, filepath.ToSlash(rel)
-	vendor, err := readHex(real, "vendor", 16)
+	vendor, err := t.readHex(real, "vendor", 16)
 	if err != nil {
 		return rec, err
 	}
-	device, err := readHex(real, "device", 16)
+	device, err := t.readHex(real, "device", 16)
 	if err != nil {
 		return rec, err
 	}
-	class, err := readHex(real, "class", 24)
+	class, err := t.readHex(real, "class", 24)
 	if err != nil {
 		return rec, err
 	}
 	rec.Vendor, rec.Device, rec.Class = uint16(vendor), uint16(device), uint32(class)
 	rec.NUMANode = -1
-	if s, ok, err := readOptional(real, "numa_node"); err != nil {
+	if s, ok, err := t.readOptional(real, "numa_node"); err != nil {
 		return rec, err
 	} else if ok {
 		n, err := strconv.Atoi(s)
@@ -144,12 +154,12 @@ func readFunction(root, link string, notes *[]string) (topology.PCIRecord, error
 		}
 		rec.NUMANode = n
 	}
-	if s, ok, err := readOptional(real, "local_cpulist"); err != nil {
+	if s, ok, err := t.readOptional(real, "local_cpulist"); err != nil {
 		return rec, err
 	} else if ok {
 		rec.LocalCPUs = s
 	}
-	if s, ok, err := readOptional(real, "sriov_totalvfs"); err != nil {
+	if s, ok, err := t.readOptional(real, "sriov_totalvfs"); err != nil {
 		return rec, err
 	} else if ok {
 		n, err := strconv.Atoi(s)
@@ -158,28 +168,28 @@ func readFunction(root, link string, notes *[]string) (topology.PCIRecord, error
 		}
 		rec.TotalVFs = n
 	}
-	if rec.PhysFn, err = linkedAddress(filepath.Join(real, "physfn")); err != nil {
+	if rec.PhysFn, err = t.linkedAddress(filepath.Join(real, "physfn")); err != nil {
 		return rec, err
 	}
-	vfs, err := filepath.Glob(filepath.Join(real, "virtfn*"))
+	vfs, err := t.f.Glob(filepath.Join(real, "virtfn*"))
 	if err != nil {
 		return rec, err
 	}
 	sort.Slice(vfs, func(i, j int) bool { return vfIndex(vfs[i]) < vfIndex(vfs[j]) })
 	for _, vf := range vfs {
-		a, err := linkedAddress(vf)
+		a, err := t.linkedAddress(vf)
 		if err != nil {
 			return rec, err
 		}
 		rec.VFs = append(rec.VFs, a)
 	}
 	if rec.Class&0xffff00 == 0x060400 {
-		if rec.ACS, err = readACS(real); err != nil {
+		if rec.ACS, err = t.readACS(real); err != nil {
 			return rec, err
 		}
 	} else if rec.Vendor == vendorMellanox && rec.PhysFn == "" {
 		var note string
-		if rec.VPDUnique, note, err = readVPDUnique(real); err != nil {
+		if rec.VPDUnique, note, err = t.readVPDUnique(real); err != nil {
 			return rec, err
 		} else if note != "" {
 			*notes = append(*notes, note)
@@ -196,9 +206,9 @@ const vendorMellanox = 0x15b3
 // cycles: without the file, or without the right to read it, the value is
 // unknown. VPD that does not parse is a note, not an error: a device's
 // VPD is firmware's, and a node must not stop being discovered over it.
-func readVPDUnique(dir string) (string, string, error) {
+func (t tree) readVPDUnique(dir string) (string, string, error) {
 	path := filepath.Join(dir, "vpd")
-	b, err := readBinary(path, topology.MaxVPD)
+	b, err := t.readBinary(path, topology.MaxVPD)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission):
 		return "", "", nil
@@ -216,9 +226,9 @@ func readVPDUnique(dir string) (string, string, error) {
 // driver's numa_status ("Node:      2", nv-procfs.c), which the driver
 // creates only for GPUs whose memory it manages as a NUMA node. No file, or
 // a node of -1, is none.
-func readNUMAStatus(dir, addr string) (*int, error) {
+func (t tree) readNUMAStatus(dir, addr string) (*int, error) {
 	path := filepath.Join(dir, "gpus", addr, "numa_status")
-	b, err := readBinary(path, 4096)
+	b, err := t.readBinary(path, 4096)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -245,9 +255,9 @@ func readNUMAStatus(dir, addr string) (*int, error) {
 // readACS reads a bridge's ACS state from its config space. Reading past
 // the first 64 bytes needs CAP_SYS_ADMIN; without it the state is unknown,
 // not an error.
-func readACS(dir string) (string, error) {
+func (t tree) readACS(dir string) (string, error) {
 	path := filepath.Join(dir, "config")
-	b, err := readBinary(path, 4096)
+	b, err := t.readBinary(path, 4096)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
 		return topology.Unknown, nil
 	}
@@ -268,8 +278,8 @@ func vfIndex(path string) int {
 
 // linkedAddress reads a symlink to a PCI device (physfn, virtfnN, device) and
 // returns the address it names; "" when the link does not exist.
-func linkedAddress(link string) (string, error) {
-	target, err := os.Readlink(link)
+func (t tree) linkedAddress(link string) (string, error) {
+	target, err := t.f.Readlink(link)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
@@ -291,8 +301,8 @@ const maxAttribute = 4096
 // file, opened without blocking (a FIFO in a fake or hostile tree must not
 // hang discovery), and at most maxAttribute bytes (a link to /dev/zero
 // must not grow the heap). A longer file is an error, not a truncation.
-func readAttribute(path string) ([]byte, error) {
-	b, err := readBinary(path, maxAttribute)
+func (t tree) readAttribute(path string) ([]byte, error) {
+	b, err := t.readBinary(path, maxAttribute)
 	var pathErr *fs.PathError
 	if err != nil && !errors.As(err, &pathErr) {
 		return nil, fmt.Errorf("%s: %w", path, err) // readBinary's own errors do not name the file
@@ -302,8 +312,8 @@ func readAttribute(path string) ([]byte, error) {
 
 // readBinary reads a binary attribute (a config space) as readAttribute
 // does text: a regular file, without blocking, at most limit bytes.
-func readBinary(path string, limit int) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+func (t tree) readBinary(path string, limit int) ([]byte, error) {
+	f, err := t.f.OpenAttr(path)
 	if err != nil {
 		return nil, err
 	}
@@ -325,9 +335,9 @@ func readBinary(path string, limit int) ([]byte, error) {
 	return b, nil
 }
 
-func readHex(dir, name string, bits int) (uint64, error) {
+func (t tree) readHex(dir, name string, bits int) (uint64, error) {
 	path := filepath.Join(dir, name)
-	b, err := readAttribute(path)
+	b, err := t.readAttribute(path)
 	if err != nil {
 		return 0, fmt.Errorf("reading %s: %w", path, err)
 	}
@@ -340,9 +350,9 @@ func readHex(dir, name string, bits int) (uint64, error) {
 }
 
 // readOptional reads a one-line file that may be absent.
-func readOptional(dir, name string) (string, bool, error) {
+func (t tree) readOptional(dir, name string) (string, bool, error) {
 	path := filepath.Join(dir, name)
-	b, err := readAttribute(path)
+	b, err := t.readAttribute(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", false, nil
 	}
@@ -352,9 +362,9 @@ func readOptional(dir, name string) (string, bool, error) {
 	return strings.TrimSpace(string(b)), true, nil
 }
 
-func readRDMA(root string) ([]topology.RDMARecord, error) {
+func (t tree) readRDMA(root string) ([]topology.RDMARecord, error) {
 	dir := filepath.Join(root, "class", "infiniband")
-	entries, err := os.ReadDir(dir)
+	entries, err := t.f.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil // no RDMA stack loaded: no NICs, not an error
 	}
@@ -363,7 +373,7 @@ func readRDMA(root string) ([]topology.RDMARecord, error) {
 	}
 	var out []topology.RDMARecord
 	for _, e := range entries {
-		rec, err := readRDMADevice(filepath.Join(dir, e.Name()))
+		rec, err := t.readRDMADevice(filepath.Join(dir, e.Name()))
 		if err != nil {
 			return nil, fmt.Errorf("RDMA device %s: %w", e.Name(), err)
 		}
@@ -372,21 +382,21 @@ func readRDMA(root string) ([]topology.RDMARecord, error) {
 	return out, nil
 }
 
-func readRDMADevice(dir string) (topology.RDMARecord, error) {
+func (t tree) readRDMADevice(dir string) (topology.RDMARecord, error) {
 	rec := topology.RDMARecord{Name: filepath.Base(dir)}
-	real, err := filepath.EvalSymlinks(dir)
+	real, err := t.f.EvalSymlinks(dir)
 	if err != nil {
 		return rec, fmt.Errorf("resolving %s: %w", dir, err)
 	}
 	devLink := filepath.Join(real, "device")
-	devReal, err := filepath.EvalSymlinks(devLink)
+	devReal, err := t.f.EvalSymlinks(devLink)
 	if err != nil {
 		return rec, fmt.Errorf("resolving %s: %w", devLink, err)
 	}
 	if rec.PCIAddress, err = topology.NormalizeBusID(filepath.Base(devReal)); err != nil {
 		return rec, fmt.Errorf("%s -> %s is not a PCI device: %w", devLink, devReal, err)
 	}
-	ports, err := os.ReadDir(filepath.Join(real, "ports"))
+	ports, err := t.f.ReadDir(filepath.Join(real, "ports"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return rec, fmt.Errorf("listing ports: %w", err)
 	}
@@ -398,33 +408,33 @@ func readRDMADevice(dir string) (topology.RDMARecord, error) {
 		pdir := filepath.Join(real, "ports", p.Name())
 		port := topology.Port{Number: n}
 		for name, dst := range map[string]*string{"link_layer": &port.LinkLayer, "rate": &port.Rate, "state": &port.State} {
-			s, _, err := readOptional(pdir, name)
+			s, _, err := t.readOptional(pdir, name)
 			if err != nil {
 				return rec, err
 			}
 			*dst = s
 		}
-		port.PhysState, _, err = readOptional(pdir, "phys_state")
+		port.PhysState, _, err = t.readOptional(pdir, "phys_state")
 		if err != nil {
 			return rec, err
 		}
 		// state reads "4: ACTIVE", phys_state "5: LinkUp": keep the word.
 		port.State, port.PhysState = stateWord(port.State), stateWord(port.PhysState)
 		if port.LinkLayer == "Ethernet" {
-			if port.RoCEv2, err = readRoCEv2(pdir); err != nil {
+			if port.RoCEv2, err = t.readRoCEv2(pdir); err != nil {
 				return rec, err
 			}
 		}
 		rec.Ports = append(rec.Ports, port)
 	}
 	sort.Slice(rec.Ports, func(i, j int) bool { return rec.Ports[i].Number < rec.Ports[j].Number })
-	nets, err := os.ReadDir(filepath.Join(devReal, "net"))
+	nets, err := t.f.ReadDir(filepath.Join(devReal, "net"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return rec, fmt.Errorf("listing netdevs: %w", err)
 	}
 	for _, n := range nets {
 		rec.Netdevs = append(rec.Netdevs, n.Name())
-		if err := portMTU(filepath.Join(devReal, "net", n.Name()), len(nets), rec.Ports); err != nil {
+		if err := t.portMTU(filepath.Join(devReal, "net", n.Name()), len(nets), rec.Ports); err != nil {
 			return rec, err
 		}
 	}
@@ -446,8 +456,8 @@ const maxGIDs = 256
 // entry of gids/ whose gid_attrs/types entry reads "RoCE v2". The kernel
 // refuses to read the type of an empty entry (EINVAL), so those are
 // skipped; no readable table at all is unknown.
-func readRoCEv2(port string) (string, error) {
-	entries, err := os.ReadDir(filepath.Join(port, "gid_attrs", "types"))
+func (t tree) readRoCEv2(port string) (string, error) {
+	entries, err := t.f.ReadDir(filepath.Join(port, "gid_attrs", "types"))
 	if err != nil {
 		return topology.Unknown, nil
 	}
@@ -458,11 +468,11 @@ func readRoCEv2(port string) (string, error) {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
-		gid, ok, err := readOptional(filepath.Join(port, "gids"), e.Name())
+		gid, ok, err := t.readOptional(filepath.Join(port, "gids"), e.Name())
 		if err != nil || !ok || strings.Trim(gid, "0:") == "" {
 			continue
 		}
-		typ, ok, err := readOptional(filepath.Join(port, "gid_attrs", "types"), e.Name())
+		typ, ok, err := t.readOptional(filepath.Join(port, "gid_attrs", "types"), e.Name())
 		if err != nil || !ok {
 			continue
 		}
@@ -475,8 +485,8 @@ func readRoCEv2(port string) (string, error) {
 
 // portMTU gives the MTU of a netdev to its port: the one dev_port names
 // (0-based), or port 1 when the device has one netdev and no dev_port.
-func portMTU(netdev string, netdevs int, ports []topology.Port) error {
-	mtuText, ok, err := readOptional(netdev, "mtu")
+func (t tree) portMTU(netdev string, netdevs int, ports []topology.Port) error {
+	mtuText, ok, err := t.readOptional(netdev, "mtu")
 	if err != nil || !ok {
 		return err
 	}
@@ -485,7 +495,7 @@ func portMTU(netdev string, netdevs int, ports []topology.Port) error {
 		return fmt.Errorf("%s: %q is not an MTU", filepath.Join(netdev, "mtu"), mtuText)
 	}
 	number := 1
-	if s, ok, err := readOptional(netdev, "dev_port"); err != nil {
+	if s, ok, err := t.readOptional(netdev, "dev_port"); err != nil {
 		return err
 	} else if ok {
 		n, err := strconv.Atoi(s)
@@ -504,8 +514,8 @@ func portMTU(netdev string, netdevs int, ports []topology.Port) error {
 	return nil
 }
 
-func readNUMA(root string) ([]topology.NUMANode, error) {
-	dirs, err := filepath.Glob(filepath.Join(root, "devices", "system", "node", "node[0-9]*"))
+func (t tree) readNUMA(root string) ([]topology.NUMANode, error) {
+	dirs, err := t.f.Glob(filepath.Join(root, "devices", "system", "node", "node[0-9]*"))
 	if err != nil {
 		return nil, err
 	}
@@ -515,12 +525,12 @@ func readNUMA(root string) ([]topology.NUMANode, error) {
 		if err != nil {
 			return nil, fmt.Errorf("NUMA node directory %s: not node<N>", d)
 		}
-		cpus, _, err := readOptional(d, "cpulist")
+		cpus, _, err := t.readOptional(d, "cpulist")
 		if err != nil {
 			return nil, err
 		}
 		node := topology.NUMANode{ID: id, CPUs: cpus}
-		dist, _, err := readOptional(d, "distance")
+		dist, _, err := t.readOptional(d, "distance")
 		if err != nil {
 			return nil, err
 		}
@@ -531,10 +541,10 @@ func readNUMA(root string) ([]topology.NUMANode, error) {
 			}
 			node.Distances = append(node.Distances, v)
 		}
-		if node.MemoryBytes, err = readMemTotal(d); err != nil {
+		if node.MemoryBytes, err = t.readMemTotal(d); err != nil {
 			return nil, err
 		}
-		if node.HugePages, err = readHugePages(d); err != nil {
+		if node.HugePages, err = t.readHugePages(d); err != nil {
 			return nil, err
 		}
 		out = append(out, node)
@@ -548,8 +558,8 @@ const maxKB = math.MaxInt64 / 1024
 
 // readMemTotal reads MemTotal from a NUMA node's meminfo ("Node 0 MemTotal:
 // 263921836 kB"); 0 when the file is absent.
-func readMemTotal(dir string) (int64, error) {
-	text, ok, err := readOptional(dir, "meminfo")
+func (t tree) readMemTotal(dir string) (int64, error) {
+	text, ok, err := t.readOptional(dir, "meminfo")
 	if err != nil || !ok {
 		return 0, err
 	}
@@ -572,8 +582,8 @@ func readMemTotal(dir string) (int64, error) {
 const maxHugePageSizes = 8
 
 // readHugePages reads nr_hugepages of every page size of a NUMA node.
-func readHugePages(dir string) ([]topology.HugePages, error) {
-	sizes, err := filepath.Glob(filepath.Join(dir, "hugepages", "hugepages-*kB"))
+func (t tree) readHugePages(dir string) ([]topology.HugePages, error) {
+	sizes, err := t.f.Glob(filepath.Join(dir, "hugepages", "hugepages-*kB"))
 	if err != nil {
 		return nil, err
 	}
@@ -587,7 +597,7 @@ func readHugePages(dir string) ([]topology.HugePages, error) {
 		if err != nil || kb <= 0 || kb > maxKB {
 			return nil, fmt.Errorf("%s: not hugepages-<size>kB", d)
 		}
-		text, ok, err := readOptional(d, "nr_hugepages")
+		text, ok, err := t.readOptional(d, "nr_hugepages")
 		if err != nil {
 			return nil, err
 		}
