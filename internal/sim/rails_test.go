@@ -14,7 +14,7 @@ import (
 // railNode is a node of 4 GPUs: GPUs 0,1 on rail "0", GPU 2 on rail "1",
 // GPU 3 aligned to no NIC.
 func railNode(name string) nodeInfo {
-	return nodeInfo{Name: name, GPUs: []string{"a", "b", "c", "d"}, Aligned: bools(1, 1, 1, 0), Rail: []string{"0", "0", "1", ""}}
+	return nodeInfo{Name: name, GPUs: []string{"a", "b", "c", "d"}, Aligned: bools(1, 1, 1, 0), Alignable: 3, Rail: []string{"0", "0", "1", ""}}
 }
 
 func TestRailsOf(t *testing.T) {
@@ -43,7 +43,7 @@ func TestDescribeRails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := describe("half", topo)
+	n := describeTest(t, "half", topo)
 	if diff := cmp.Diff([]string{"", "", "", "", "0", "0", "1", "1"}, n.Rail); diff != "" {
 		t.Errorf("half-NIC rails (-want,+got):\n%s", diff)
 	}

@@ -6,7 +6,6 @@ package sim
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -110,23 +109,22 @@ type Plan struct {
 // once to read their topology) and checks the workload fits the cluster.
 func Prepare(c ClusterSpec, w WorkloadSpec) (*Plan, error) {
 	p := &Plan{Cluster: c, Workload: w}
-	dir, err := os.MkdirTemp("", "nicaffinity-sim")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	for i, pool := range c.Pools {
+	for _, pool := range c.Pools {
 		spec, err := pool.node()
 		if err != nil {
 			return nil, fmt.Errorf("pool %s: %w", pool.Name, err)
 		}
 		topo := spec.Topology
 		if spec.Machine != nil {
-			if topo, err = machines.Discover(fmt.Sprintf("%s/%d", dir, i), spec.Machine); err != nil {
+			if topo, err = machines.Discover("", spec.Machine); err != nil {
 				return nil, fmt.Errorf("pool %s: %w", pool.Name, err)
 			}
 		}
 		p.machines = append(p.machines, dra.Machine{Name: pool.machineName(), Topology: topo})
+		caps, err := boundCapacity(pool.Name, topo)
+		if err != nil {
+			return nil, fmt.Errorf("pool %s: %w", pool.Name, err)
+		}
 		for k := 0; k < pool.Count; k++ {
 			// Every node of a pool is handed the topology discovered here:
 			// the exporters publish what they would discover from the tree
@@ -134,7 +132,7 @@ func Prepare(c ClusterSpec, w WorkloadSpec) (*Plan, error) {
 			s := cluster.NodeSpec{Topology: topo}
 			s.Name, s.Policy = fmt.Sprintf("%s-%d", pool.Name, k), kubeletsim.BestEffort
 			p.nodes = append(p.nodes, s)
-			p.info = append(p.info, describe(s.Name, topo))
+			p.info = append(p.info, describe(s.Name, topo, caps))
 		}
 	}
 	if w.trace != nil {

@@ -283,8 +283,8 @@ func TestDelayBound(t *testing.T) {
 	// Two nodes: one with 4 of its GPUs aligned (2 of them to a NIC with
 	// VFs), one with none.
 	nodes := []nodeInfo{
-		{Name: "a", GPUs: make([]string, 8), Aligned: bools(1, 1, 1, 1, 0, 0, 0, 0), VFNICs: 1, VFGroup: 2, VFGroups: []int{2}},
-		{Name: "b", GPUs: make([]string, 8), Aligned: make([]bool, 8)},
+		{Name: "a", GPUs: make([]string, 8), Aligned: bools(1, 1, 1, 1, 0, 0, 0, 0), Alignable: 4, VFNICs: 1, VFGroup: 2, VFGroups: []int{2}},
+		{Name: "b", GPUs: make([]string, 8), Aligned: make([]bool, 8), Alignable: 0},
 	}
 	s := func(sec float64) time.Duration { return time.Duration(sec * float64(time.Second)) }
 	for _, tc := range []struct {
@@ -348,7 +348,7 @@ func overlapping(n int) []job {
 func BenchmarkBoundAtScale(b *testing.B) {
 	nodes := make([]nodeInfo, 1000)
 	for i := range nodes {
-		nodes[i] = nodeInfo{Name: fmt.Sprint("n", i), GPUs: make([]string, 8), Aligned: bools(1, 1, 1, 1, 1, 1, 1, 1)}
+		nodes[i] = nodeInfo{Name: fmt.Sprint("n", i), GPUs: make([]string, 8), Aligned: bools(1, 1, 1, 1, 1, 1, 1, 1), Alignable: 8}
 	}
 	jobs := overlapping(50_000)
 	for b.Loop() {
@@ -369,8 +369,8 @@ func bools(v ...int) []bool {
 // next to a NIC. Three aligned GPUs in all.
 func handRun() ([]*record, []nodeInfo, time.Duration) {
 	n1 := nodeInfo{Name: "n1", GPUs: []string{"0000:01:00.0", "0000:02:00.0", "0000:03:00.0", "0000:04:00.0"},
-		Aligned: bools(1, 1, 0, 0)}
-	n2 := nodeInfo{Name: "n2", GPUs: []string{"0000:81:00.0", "0000:82:00.0"}, Aligned: bools(1, 0)}
+		Aligned: bools(1, 1, 0, 0), Alignable: 2}
+	n2 := nodeInfo{Name: "n2", GPUs: []string{"0000:81:00.0", "0000:82:00.0"}, Aligned: bools(1, 0), Alignable: 1}
 	ms := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
 	obs := func(levels ...string) *annotations.Observed {
 		o := &annotations.Observed{Plan: "none"}

@@ -18,8 +18,11 @@ import (
 
 	"github.com/nicaffinity/nicaffinity/internal/cluster"
 	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
+	"github.com/nicaffinity/nicaffinity/pkg/apis/config"
+	"github.com/nicaffinity/nicaffinity/pkg/devices"
 	"github.com/nicaffinity/nicaffinity/pkg/machines"
 	"github.com/nicaffinity/nicaffinity/pkg/nrt"
+	"github.com/nicaffinity/nicaffinity/pkg/placement"
 	"github.com/nicaffinity/nicaffinity/pkg/profiles"
 	"github.com/nicaffinity/nicaffinity/pkg/topology"
 	"github.com/nicaffinity/nicaffinity/pkg/topology/discovery"
@@ -688,19 +691,59 @@ type nodeInfo struct {
 	// VFGroup is the most GPUs at PIX/PXB to one NIC with VFs: a pod with
 	// one VF uses one NIC, so that is the largest VF job that can align.
 	VFGroup int
-	// VFGroups is, per NIC with VFs, how many GPUs are at PIX/PXB to it.
-	VFGroups []int
+	// VFGroups is, per NIC with VFs, how many GPUs are aligned to it, and
+	// Alignable how many GPUs have some NIC aligned: what the bound counts,
+	// as the placement package answers it (boundCapacity).
+	VFGroups  []int
+	Alignable int
 	// Rail is, per GPU, the rail of the NIC it is aligned to (the nearest
 	// PF, the first in PCI order among equals), as the exporter publishes
 	// rails by PCI rank; "" for a GPU aligned to none.
 	Rail []string
 }
 
+// capacity is what the bound counts of a machine (boundCapacity).
+type capacity struct {
+	alignable int
+	vfGroups  []int
+}
+
+// boundCapacity asks the placement package what the scheduler would ask
+// it of the machine with every pod gone: the object its exporter publishes
+// (its VFs offered as the simulated kubelets offer them), compiled, at the
+// plugin's default level: how many GPUs could be aligned, and per NIC with
+// VFs how many GPUs are aligned to it. The bound then holds no schedule of
+// the plugin can beat it by a placement the plugin would count aligned.
+func boundCapacity(name string, t *topology.Topology) (capacity, error) {
+	var vfs []devices.Device
+	for _, nic := range t.NICs {
+		for _, vf := range nic.VFs {
+			vfs = append(vfs, devices.Device{Resource: simSRIOVResource, ID: vf})
+		}
+	}
+	obj, _ := nrt.ObjectFor(name, t, vfs)
+	c, err := nrt.Compile(obj, config.DefaultGPUResourceName)
+	if err != nil {
+		return capacity{}, fmt.Errorf("the object its exporter would publish: %w", err)
+	}
+	li := placement.LevelIndex(config.DefaultLevel())
+	return capacity{alignable: placement.Capacity(c, li, "", false), vfGroups: placement.NICCapacities(c, li, simSRIOVResource)}, nil
+}
+
+// simSRIOVResource is the SR-IOV resource the simulated kubelets offer VFs
+// as (cluster.DefaultOptions).
+const simSRIOVResource = "openshift.io/sriov_highnet"
+
 // describe reduces a node to what the time model and the bound read. Its
 // levels are the decision levels (topology.AlignLevels): P2C where NCCL's
-// rule gives a Grace GPU's pair P2C, so NCCL's eligibility decides.
-func describe(name string, t *topology.Topology) nodeInfo {
-	n := nodeInfo{Name: name, VFLevels: map[string][]topology.Level{}, NICLevels: map[string][]topology.Level{}}
+// rule gives a Grace GPU's pair P2C, so NCCL's eligibility decides; what
+// the bound counts is the placement package's (caps).
+func describe(name string, t *topology.Topology, caps capacity) nodeInfo {
+	n := nodeInfo{Name: name, VFLevels: map[string][]topology.Level{}, NICLevels: map[string][]topology.Level{},
+		Alignable: caps.alignable, VFGroups: caps.vfGroups}
+	for _, g := range caps.vfGroups {
+		n.VFGroup = max(n.VFGroup, g)
+	}
 	align := t.AlignLevels()
 	for j, nic := range t.NICs {
 		if nic.PhysFn == "" {
@@ -710,17 +753,10 @@ func describe(name string, t *topology.Topology) nodeInfo {
 		}
 		if nic.PhysFn == "" && len(nic.VFs) > 0 {
 			n.VFNICs++
-			near := 0
 			var levels []topology.Level
 			for i := range t.GPUs {
-				l := align[i][j]
-				levels = append(levels, l)
-				if l.GPUDirectCapable() {
-					near++
-				}
+				levels = append(levels, align[i][j])
 			}
-			n.VFGroup = max(n.VFGroup, near)
-			n.VFGroups = append(n.VFGroups, near)
 			for _, vf := range nic.VFs {
 				n.VFLevels[vf] = levels
 			}
@@ -789,16 +825,8 @@ func (n nodeInfo) worst(a kubeletsim.Assignment) topology.Level {
 	return w
 }
 
-// alignedCount is how many of the node's GPUs are aligned.
-func (n nodeInfo) alignedCount() int {
-	c := 0
-	for _, a := range n.Aligned {
-		if a {
-			c++
-		}
-	}
-	return c
-}
+// alignedCount is how many of the node's GPUs could be aligned.
+func (n nodeInfo) alignedCount() int { return n.Alignable }
 
 // round2 keeps reports readable and JSON equal to the table.
 func round2(f float64) float64 { return math.Round(f*100) / 100 }

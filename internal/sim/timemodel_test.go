@@ -22,7 +22,7 @@ import (
 //     2.6 h, and loses 2 GPUs x 0.6 h = 1.2 GPU-hours;
 //   - C, no RDMA, on the PHB GPU, aligned runtime 1 h: runs 1 h.
 func TestTimeModelByHand(t *testing.T) {
-	n := nodeInfo{Name: "n", GPUs: []string{"0000:01:00.0", "0000:02:00.0", "0000:03:00.0"}, Aligned: bools(1, 0, 0),
+	n := nodeInfo{Name: "n", GPUs: []string{"0000:01:00.0", "0000:02:00.0", "0000:03:00.0"}, Aligned: bools(1, 0, 0), Alignable: 1,
 		Best: []topology.Level{topology.LevelPIX, topology.LevelPHB, topology.LevelPHB}}
 	h := func(v float64) time.Duration { return time.Duration(v * float64(time.Hour)) }
 	on := func(gpus ...int) []podRecord {
@@ -208,7 +208,7 @@ func TestDescribeAppliesNCCLRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := describe("tray", topo)
+	n := describeTest(t, "tray", topo)
 	if diff := cmp.Diff([]bool{true, true, true, true}, n.Aligned); diff != "" {
 		t.Errorf("aligned GPUs (-want,+got):\n%s", diff)
 	}

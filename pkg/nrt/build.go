@@ -317,18 +317,19 @@ func (b *builder) switchZones() []v1alpha2.Zone {
 }
 
 // ncclPathValue is GPU i's AttrNCCLPath: NCCL's path to every offered NIC.
-// Should that exceed an attribute value's cap, it keeps the P2C entries,
-// the only ones the plugin reads beyond the costs, and says so.
+// Should that exceed an attribute value's cap, it keeps the PIX, PXB and
+// P2C entries, the only ones the plugin reads beyond the costs (where
+// they are closer than the cost's level), and says so.
 func (b *builder) ncclPathValue(i int, paths []topology.NCCLPath) string {
-	var all, p2c []string
+	var all, close []string
 	for j, n := range b.t.NICs {
 		if n.PhysFn != "" || !b.nicUp[j] {
 			continue
 		}
 		e := n.Name + "=" + paths[j].String()
 		all = append(all, e)
-		if paths[j] == topology.PathP2C {
-			p2c = append(p2c, e)
+		if paths[j] == topology.PathPIX || paths[j] == topology.PathPXB || paths[j] == topology.PathP2C {
+			close = append(close, e)
 		}
 	}
 	if v := strings.Join(all, ","); len(v) <= MaxValueLen {
@@ -336,8 +337,8 @@ func (b *builder) ncclPathValue(i int, paths []topology.NCCLPath) string {
 	}
 	g := b.t.GPUs[i]
 	b.problems = append(b.problems, Problem{Device: fmt.Sprintf("GPU %d (%s)", g.Index, g.PCI.Address),
-		Reason: fmt.Sprintf("NCCL paths to %d NICs exceed an attribute's %d bytes: only the P2C ones are published", len(all), MaxValueLen)})
-	return strings.Join(p2c, ",")
+		Reason: fmt.Sprintf("NCCL paths to %d NICs exceed an attribute's %d bytes: only the PIX, PXB and P2C ones are published", len(all), MaxValueLen)})
+	return strings.Join(close, ",")
 }
 
 // switchOf is the switch zone of a PCI function.

@@ -367,15 +367,18 @@ func (c *Compiled) gpuPaths(g *CompiledGPU, z *v1alpha2.Zone, nicIndex map[strin
 	if err != nil {
 		return err
 	}
-	p2c, err := parseNCCLPath(z.Name, AttrValue(z.Attributes, AttrNCCLPath), nicIndex)
+	closer, err := parseNCCLPath(z.Name, AttrValue(z.Attributes, AttrNCCLPath), nicIndex)
 	if err != nil {
 		return err
 	}
-	for n := range p2c {
-		// NCCL's rule gives the pair P2C: it is aligned at P2C however
-		// far the nvidia-smi level says it is.
-		if g.Level[n] > topology.LevelP2C {
-			g.Level[n], c.HasP2C = topology.LevelP2C, true
+	for n, l := range closer {
+		// NCCL's path is closer than the nvidia-smi level: P2C by NCCL's
+		// C2C rule, or PIX/PXB measured from a NIC's Data Direct function
+		// (docs/levels.md): the pair is aligned at NCCL's level, as the
+		// exporter's own decision levels say (topology.AlignLevels).
+		if g.Level[n] > l {
+			g.Level[n] = l
+			c.HasP2C = c.HasP2C || l == topology.LevelP2C
 		}
 	}
 	for n := range g.Level {
@@ -472,17 +475,23 @@ func parseACSRedirect(zone, value string, nicIndex map[string]int) (map[int]stri
 	})
 }
 
-// parseNCCLPath reads a GPU zone's ncclPath attribute into the NIC
-// positions NCCL gives P2C.
-func parseNCCLPath(zone, value string, nicIndex map[string]int) (map[int]bool, error) {
+// parseNCCLPath reads a GPU zone's ncclPath attribute into the level of
+// each NIC position whose NCCL path is one NCCL's defaults use GPUDirect
+// RDMA on (PIX, PXB, P2C); farther paths leave the nvidia-smi level.
+func parseNCCLPath(zone, value string, nicIndex map[string]int) (map[int]topology.Level, error) {
 	paths, err := parseNICList(zone, AttrNCCLPath, "NCCL path type", value, nicIndex, topology.ParseNCCLPathName)
 	if err != nil {
 		return nil, err
 	}
-	out := map[int]bool{}
+	out := map[int]topology.Level{}
 	for n, p := range paths {
-		if p == topology.PathP2C {
-			out[n] = true
+		switch p {
+		case topology.PathPIX:
+			out[n] = topology.LevelPIX
+		case topology.PathPXB:
+			out[n] = topology.LevelPXB
+		case topology.PathP2C:
+			out[n] = topology.LevelP2C
 		}
 	}
 	return out, nil

@@ -14,16 +14,36 @@ func Capacity(c *nrt.Compiled, li int, res string, one bool) int {
 	if res == "" {
 		return (c.Healthy & c.AnyNear[li]).Count()
 	}
+	if one {
+		return max(0, slicesMax(NICCapacities(c, li, res)))
+	}
 	var all nrt.GPUSet
-	most := 0
 	for n, nic := range c.NICs {
 		if _, ok := nic.VFs[res]; ok {
 			all |= c.Near[li][n]
-			most = max(most, (c.Healthy & c.Near[li][n]).Count())
 		}
 	}
-	if one {
-		return most
-	}
 	return (c.Healthy & all).Count()
+}
+
+// NICCapacities are, for each NIC that offers VFs of res (in NIC order),
+// how many healthy GPUs are at level index li or closer to it: the largest
+// pod asking for one VF that the NIC could serve aligned, with every pod
+// gone.
+func NICCapacities(c *nrt.Compiled, li int, res string) []int {
+	var out []int
+	for n, nic := range c.NICs {
+		if _, ok := nic.VFs[res]; ok {
+			out = append(out, (c.Healthy & c.Near[li][n]).Count())
+		}
+	}
+	return out
+}
+
+func slicesMax(v []int) int {
+	m := -1
+	for _, x := range v {
+		m = max(m, x)
+	}
+	return m
 }
