@@ -511,8 +511,21 @@ func (r *replayer) unsettled(detail bool) string {
 		return "the scheduler: " + why
 	}
 	pods, nrts, groups := r.podStore.List(), r.nrtStore.List(), r.groupStore.List()
-	// The replay's own views first: the scheduler's handlers are compared
-	// with them, so they must have caught up with the replay's informers.
+	if why := r.viewsBehind(pods, nrts, groups, detail); why != "" {
+		return why
+	}
+	why, onNode := r.podsUnsettled(pods)
+	if why != "" {
+		return why
+	}
+	return r.objectsUnsettled(nrts, onNode)
+}
+
+// viewsBehind: the replay's own views first, since the scheduler's
+// handlers are compared with them, so they must have caught up with the
+// replay's informers; then the scheduler's handlers and the plugin's
+// objects against those views.
+func (r *replayer) viewsBehind(pods, nrts, groups []any, detail bool) string {
 	if !r.podView.Holds(pods) {
 		return "the replay's pod informer has not handed every pod event to its handler yet"
 	}
@@ -538,13 +551,21 @@ func (r *replayer) unsettled(detail bool) string {
 			}
 		}
 	}
+	return ""
+}
+
+// podsUnsettled checks every pod of the snapshot against the replay and
+// the scheduler: created and deleted as the replay did, each pending one
+// in the queue with no binding in flight, each bound one admitted and
+// observed. onNode are the running pods by node.
+func (r *replayer) podsUnsettled(pods []any) (string, map[string][]*corev1.Pod) {
 	listed := make(map[string]bool, len(pods))
 	for _, obj := range pods {
 		listed[obj.(*corev1.Pod).Name] = true
 	}
 	for name := range r.alive {
 		if !listed[name] {
-			return fmt.Sprintf("pod %s, created, is not yet in the replay's informer", name)
+			return fmt.Sprintf("pod %s, created, is not yet in the replay's informer", name), nil
 		}
 	}
 	var pending map[string]bool
@@ -552,7 +573,7 @@ func (r *replayer) unsettled(detail bool) string {
 	for _, obj := range pods {
 		pod := obj.(*corev1.Pod)
 		if !r.alive[pod.Name] {
-			return fmt.Sprintf("pod %s, deleted, is still there", pod.Name)
+			return fmt.Sprintf("pod %s, deleted, is still there", pod.Name), nil
 		}
 		if pod.Spec.NodeName == "" {
 			if pending == nil {
@@ -561,14 +582,8 @@ func (r *replayer) unsettled(detail bool) string {
 					pending[string(uid)] = true
 				}
 			}
-			if !pending[string(pod.UID)] {
-				return fmt.Sprintf("pod %s is not in the scheduler's queue", pod.Name)
-			}
-			if r.sched.Assumed(pod) {
-				return fmt.Sprintf("pod %s: its binding is in flight", pod.Name)
-			}
-			if r.col.Kubelet == kubeletsim.DRA && len(pod.Status.ResourceClaimStatuses) == 0 {
-				return fmt.Sprintf("pod %s: the resource claim controller has not made its claim", pod.Name)
+			if why := r.pendingUnsettled(pod, pending); why != "" {
+				return why, nil
 			}
 			continue
 		}
@@ -576,13 +591,34 @@ func (r *replayer) unsettled(detail bool) string {
 		case corev1.PodRunning:
 			onNode[pod.Spec.NodeName] = append(onNode[pod.Spec.NodeName], pod)
 			if _, ok := pod.Annotations[annotations.ObservedKey]; !ok && r.col.Kubelet != kubeletsim.DRA {
-				return fmt.Sprintf("pod %s: the exporter of %s has not observed it", pod.Name, pod.Spec.NodeName)
+				return fmt.Sprintf("pod %s: the exporter of %s has not observed it", pod.Name, pod.Spec.NodeName), nil
 			}
 		case corev1.PodFailed, corev1.PodSucceeded:
 		default:
-			return fmt.Sprintf("pod %s: the kubelet of %s has not admitted it", pod.Name, pod.Spec.NodeName)
+			return fmt.Sprintf("pod %s: the kubelet of %s has not admitted it", pod.Name, pod.Spec.NodeName), nil
 		}
 	}
+	return "", onNode
+}
+
+// pendingUnsettled: a pod not bound is in the scheduler's queue, with no
+// binding in flight and, on a DRA cluster, its claim made.
+func (r *replayer) pendingUnsettled(pod *corev1.Pod, pending map[string]bool) string {
+	if !pending[string(pod.UID)] {
+		return fmt.Sprintf("pod %s is not in the scheduler's queue", pod.Name)
+	}
+	if r.sched.Assumed(pod) {
+		return fmt.Sprintf("pod %s: its binding is in flight", pod.Name)
+	}
+	if r.col.Kubelet == kubeletsim.DRA && len(pod.Status.ResourceClaimStatuses) == 0 {
+		return fmt.Sprintf("pod %s: the resource claim controller has not made its claim", pod.Name)
+	}
+	return ""
+}
+
+// objectsUnsettled: every node has its object, counting the pods running
+// there.
+func (r *replayer) objectsUnsettled(nrts []any, onNode map[string][]*corev1.Pod) string {
 	objects := make(map[string]*nrtv1alpha2.NodeResourceTopology, len(nrts))
 	for _, obj := range nrts {
 		if o, ok := obj.(*nrtv1alpha2.NodeResourceTopology); ok {

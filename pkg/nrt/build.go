@@ -522,95 +522,118 @@ func resourceInfo(name string, capacity, allocatable, available int64) v1alpha2.
 // then treats it as a node-level resource, as it does with the Resource
 // Topology Exporter's object.
 func numaZones(t *topology.Topology, snap devices.Snapshot) ([]v1alpha2.Zone, []Problem) {
-	var problems []Problem
-	numaOfCPU := map[int]int{}
-	capacity := map[int]map[string]int64{}
-	set := func(m map[int]map[string]int64, numa int, res string, v int64) {
-		if m[numa] == nil {
-			m[numa] = map[string]int64{}
-		}
-		m[numa][res] += v
-	}
-	numas := map[int]bool{}
-	for _, n := range t.NUMANodes {
-		numas[n.ID] = true
-		cpus, err := topology.ParseCPUList(n.CPUs)
-		if err != nil {
-			problems = append(problems, Problem{Device: fmt.Sprintf("NUMA node %d", n.ID), Reason: err.Error() + ": its CPUs are left out"})
-		}
-		for _, c := range cpus {
-			numaOfCPU[c] = n.ID
-		}
-		set(capacity, n.ID, string(corev1.ResourceCPU), int64(len(cpus)))
-		if n.MemoryBytes > 0 {
-			set(capacity, n.ID, string(corev1.ResourceMemory), n.MemoryBytes)
-		}
-		for _, hp := range n.HugePages {
-			set(capacity, n.ID, hugePagesResource(hp.PageBytes), hp.PageBytes*hp.Count)
-		}
-	}
-	for _, g := range t.GPUs {
-		numas[topology.NUMAOf(g.PCI)] = true
-	}
-	for _, n := range t.NICs {
-		numas[topology.NUMAOf(n.PCI)] = true
-	}
-	count := func(m map[int]map[string]int64, devs []devices.Device, cpus []int, mem []devices.Memory) {
-		for _, d := range devs {
-			for _, numa := range d.NUMANodes {
-				set(m, numa, d.Resource, 1)
-			}
-		}
-		for _, c := range cpus {
-			if numa, ok := numaOfCPU[c]; ok {
-				set(m, numa, string(corev1.ResourceCPU), 1)
-			}
-		}
-		for _, b := range mem {
-			for _, numa := range b.NUMANodes {
-				set(m, numa, b.Type, b.Bytes)
-			}
-		}
-	}
-	allocatable, used := map[int]map[string]int64{}, map[int]map[string]int64{}
-	count(allocatable, snap.Allocatable, snap.AllocatableCPUs, snap.AllocatableMemory)
+	nc := numaCapacities(t)
+	problems := nc.problems
+	allocatable, used := numaCounts{}, numaCounts{}
+	allocatable.count(nc.numaOfCPU, snap.Allocatable, snap.AllocatableCPUs, snap.AllocatableMemory)
 	for _, p := range snap.Pods {
-		count(used, p.Devices, p.CPUs, p.Memory)
+		used.count(nc.numaOfCPU, p.Devices, p.CPUs, p.Memory)
 	}
 	for _, c := range snap.AllocatableCPUs {
-		if _, ok := numaOfCPU[c]; !ok {
+		if _, ok := nc.numaOfCPU[c]; !ok {
 			problems = append(problems, Problem{Device: fmt.Sprintf("CPU %d", c), Reason: "the kubelet offers it but no NUMA node lists it: left out of the Node zones"})
 		}
 	}
 	for numa := range allocatable {
-		numas[numa] = true
+		nc.numas[numa] = true
 	}
-
 	var zones []v1alpha2.Zone
-	for _, numa := range slices.Sorted(maps.Keys(numas)) {
-		z := v1alpha2.Zone{Name: PrefixNode + strconv.Itoa(numa), Type: ZoneNode, Resources: v1alpha2.ResourceInfoList{}}
-		alloc := allocatable[numa]
-		if len(alloc) == 0 {
-			alloc = map[string]int64{string(corev1.ResourceCPU): 0}
-		}
-		for _, res := range slices.Sorted(maps.Keys(alloc)) {
-			a, c := alloc[res], capacity[numa][res]
-			if c == 0 || c < a {
-				c = a
-			}
-			z.Resources = append(z.Resources, resourceInfo(res, c, a, max(a-used[numa][res], 0)))
-		}
-		for _, n := range t.NUMANodes {
-			if n.ID != numa {
-				continue
-			}
-			for j, dist := range n.Distances {
-				z.Costs = append(z.Costs, v1alpha2.CostInfo{Name: PrefixNode + strconv.Itoa(j), Value: int64(dist)})
-			}
-		}
-		zones = append(zones, z)
+	for _, numa := range slices.Sorted(maps.Keys(nc.numas)) {
+		zones = append(zones, numaZone(t, numa, nc.capacity[numa], allocatable[numa], used[numa]))
 	}
 	return zones, problems
+}
+
+// numaCounts are amounts per NUMA node and resource.
+type numaCounts map[int]map[string]int64
+
+func (m numaCounts) add(numa int, res string, v int64) {
+	if m[numa] == nil {
+		m[numa] = map[string]int64{}
+	}
+	m[numa][res] += v
+}
+
+// count adds devices, CPUs and memory blocks to their NUMA nodes.
+func (m numaCounts) count(numaOfCPU map[int]int, devs []devices.Device, cpus []int, mem []devices.Memory) {
+	for _, d := range devs {
+		for _, numa := range d.NUMANodes {
+			m.add(numa, d.Resource, 1)
+		}
+	}
+	for _, c := range cpus {
+		if numa, ok := numaOfCPU[c]; ok {
+			m.add(numa, string(corev1.ResourceCPU), 1)
+		}
+	}
+	for _, b := range mem {
+		for _, numa := range b.NUMANodes {
+			m.add(numa, b.Type, b.Bytes)
+		}
+	}
+}
+
+// numaCapacity is what the host has per NUMA node: its CPUs, memory and
+// huge pages, which NUMA node each CPU is on, and every NUMA node a CPU, a
+// GPU or a NIC is on.
+type numaCapacity struct {
+	numaOfCPU map[int]int
+	capacity  numaCounts
+	numas     map[int]bool
+	problems  []Problem
+}
+
+func numaCapacities(t *topology.Topology) numaCapacity {
+	nc := numaCapacity{numaOfCPU: map[int]int{}, capacity: numaCounts{}, numas: map[int]bool{}}
+	for _, n := range t.NUMANodes {
+		nc.numas[n.ID] = true
+		cpus, err := topology.ParseCPUList(n.CPUs)
+		if err != nil {
+			nc.problems = append(nc.problems, Problem{Device: fmt.Sprintf("NUMA node %d", n.ID), Reason: err.Error() + ": its CPUs are left out"})
+		}
+		for _, c := range cpus {
+			nc.numaOfCPU[c] = n.ID
+		}
+		nc.capacity.add(n.ID, string(corev1.ResourceCPU), int64(len(cpus)))
+		if n.MemoryBytes > 0 {
+			nc.capacity.add(n.ID, string(corev1.ResourceMemory), n.MemoryBytes)
+		}
+		for _, hp := range n.HugePages {
+			nc.capacity.add(n.ID, hugePagesResource(hp.PageBytes), hp.PageBytes*hp.Count)
+		}
+	}
+	for _, g := range t.GPUs {
+		nc.numas[topology.NUMAOf(g.PCI)] = true
+	}
+	for _, n := range t.NICs {
+		nc.numas[topology.NUMAOf(n.PCI)] = true
+	}
+	return nc
+}
+
+// numaZone is one Node zone: its resources (capacity at least what is
+// allocatable; available what pods do not use) and its distances.
+func numaZone(t *topology.Topology, numa int, capacity, alloc, used map[string]int64) v1alpha2.Zone {
+	z := v1alpha2.Zone{Name: PrefixNode + strconv.Itoa(numa), Type: ZoneNode, Resources: v1alpha2.ResourceInfoList{}}
+	if len(alloc) == 0 {
+		alloc = map[string]int64{string(corev1.ResourceCPU): 0}
+	}
+	for _, res := range slices.Sorted(maps.Keys(alloc)) {
+		a, c := alloc[res], capacity[res]
+		if c == 0 || c < a {
+			c = a
+		}
+		z.Resources = append(z.Resources, resourceInfo(res, c, a, max(a-used[res], 0)))
+	}
+	for _, n := range t.NUMANodes {
+		if n.ID != numa {
+			continue
+		}
+		for j, dist := range n.Distances {
+			z.Costs = append(z.Costs, v1alpha2.CostInfo{Name: PrefixNode + strconv.Itoa(j), Value: int64(dist)})
+		}
+	}
+	return z
 }
 
 // hugePagesResource names the resource of a page size as the kubelet does
