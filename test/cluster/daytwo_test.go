@@ -109,17 +109,18 @@ func (e *env) replacePod(namespace, selector, node string) {
 	})
 }
 
-// TestClusterDayTwo: what an admin does after installing. A pod no node
-// can align waits, and kubectl nicaffinity why says why; helm upgrade
-// with the plugin's policy changed to preferred takes effect and places
-// it. Deleting the scheduler's leader hands the lease to the other
+// TestClusterDayTwo: what an admin does after installing. Installed with
+// defaultPolicy required, a pod no node can align waits, and kubectl
+// nicaffinity why says why; helm upgrade back to the shipped default,
+// bounded, takes effect and places it at once (no node could align it,
+// so it does not wait). Deleting the scheduler's leader hands the lease to the other
 // replica, which places the next pod. Deleting the exporter, the proxy
 // and the vendor plugin on a node leaves its training pod running,
 // untouched, and the node's object right once they are back. helm
 // uninstall leaves the CRD and nothing of ours running.
 func TestClusterDayTwo(t *testing.T) {
 	e := startEnv(t)
-	e.install()
+	e.install("--set", "scheduler.pluginArgs.defaultPolicy=required")
 	ctx := context.Background()
 
 	// On the HGX, so that the H20 stays whole for the pod below.
@@ -129,8 +130,8 @@ func TestClusterDayTwo(t *testing.T) {
 	node := running.Spec.NodeName
 
 	// Eight GPUs and a VF: only the H20 has VFs, and not eight GPUs next
-	// to its VF NICs, so required leaves it Pending; preferred places it
-	// on the whole H20.
+	// to its VF NICs, so required leaves it Pending; bounded places it on
+	// the whole H20.
 	stuck := workload{name: "stuck", gpus: 8, vfs: 1}
 	e.create(stuck)
 	e.waitUnschedulable(stuck.name)
@@ -141,8 +142,8 @@ func TestClusterDayTwo(t *testing.T) {
 
 	// helm upgrade with another policy: the scheduler rolls and places it.
 	leaderBefore := e.leader(ctx)
-	e.helm(append(append([]string{"upgrade", "nicaffinity", chart(t)}, e.clusterValues()...), "--set", "scheduler.pluginArgs.defaultPolicy=preferred")...)
-	e.poll(stuck.name+" placed once the policy is preferred", 3*time.Minute, func(ctx context.Context) (bool, error) {
+	e.helm(append(append([]string{"upgrade", "nicaffinity", chart(t)}, e.clusterValues()...), "--set", "scheduler.pluginArgs.defaultPolicy=bounded")...)
+	e.poll(stuck.name+" placed once the policy is bounded", 3*time.Minute, func(ctx context.Context) (bool, error) {
 		p, err := e.c.Kube.CoreV1().Pods(ns).Get(ctx, stuck.name, metav1.GetOptions{})
 		return err == nil && p.Spec.NodeName != "", nil
 	})

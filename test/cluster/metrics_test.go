@@ -21,6 +21,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 )
 
 // documented are the series docs/metrics.md lists, by section.
@@ -78,9 +80,10 @@ func TestClusterMetrics(t *testing.T) {
 	e.install()
 	ctx := context.Background()
 	// A refusal by the plugin (the whole H20 fits the pod's counts, but not
-	// aligned: the plugin's Filter, not NodeResourcesFit, rejects it), then
+	// aligned: the plugin's Filter, not NodeResourcesFit, rejects it; under
+	// required, since a bounded pod no node can align does not wait), then
 	// a placement, so that the counters have series.
-	e.create(workload{name: "refused", gpus: 8, vfs: 1})
+	e.create(workload{name: "refused", gpus: 8, vfs: 1, policy: annotations.PolicyRequired})
 	e.waitUnschedulable("refused")
 	e.create(workload{name: "placed", gpus: 1, rdma: true})
 	e.waitRunning("placed")

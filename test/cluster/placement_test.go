@@ -38,6 +38,8 @@ type workload struct {
 	scheduler string
 	// node, when set, pins the pod there (a nodeSelector on the hostname).
 	node string
+	// policy, when set, is the pod's nicaffinity.io/policy.
+	policy string
 }
 
 func (w workload) pod() *corev1.Pod {
@@ -61,6 +63,9 @@ func (w workload) pod() *corev1.Pod {
 	}
 	if w.node != "" {
 		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": w.node}
+	}
+	if w.policy != "" {
+		p.Annotations = map[string]string{annotations.Policy: w.policy}
 	}
 	if w.podGroup != "" {
 		g := w.podGroup
