@@ -2,7 +2,6 @@ package nicaffinity
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -31,10 +30,9 @@ import (
 //   - Writers (object events, Reserve, Unreserve, expiry, node deletion)
 //     hold mu and publish each change as a new view; a view is never
 //     modified once published.
-//   - cells maps each known node to the cell holding its current view. The
-//     map itself is replaced whole, only when a node appears or goes, so
-//     readers load one pointer and never race a writer; a node's later
-//     views go into its cell.
+//   - cells maps each known node to the cell holding its current view
+//     (cells.go): readers take no lock; a node's cell is added when it
+//     appears, removed when it goes, and its later views go into the cell.
 //   - A reservation is dropped when the node's object carries the pod-set
 //     fingerprint of the pods the scheduler sees on that node (the exporter
 //     counted them) and its pod is one of those, when the pod goes away, or
@@ -48,7 +46,7 @@ type Cache struct {
 	mu      sync.Mutex
 	nodes   map[string]*nodeEntry
 	podNode map[types.UID]string
-	cells   atomic.Pointer[map[string]*atomic.Pointer[nodeView]]
+	cells   *cellMap
 	// spread tells PreScore when every node scores alike (spread.go).
 	spread scoreSpread
 	// skip tells PreFilter when Filter would add nothing (skip.go).
@@ -154,9 +152,8 @@ func NewStaticCache(args *Args, objs ...*v1alpha2.NodeResourceTopology) *Cache {
 
 // newCache is an empty cache.
 func newCache(cfg storeConfig) *Cache {
-	c := &Cache{nodes: map[string]*nodeEntry{}, podNode: map[types.UID]string{}, timeout: cfg.timeout, maxAge: cfg.maxAge, now: time.Now,
+	c := &Cache{nodes: map[string]*nodeEntry{}, podNode: map[types.UID]string{}, cells: newCellMap(), timeout: cfg.timeout, maxAge: cfg.maxAge, now: time.Now,
 		gpuResource: cfg.gpuResource, metrics: newProfileMetrics(cfg.profile), scoring: cfg.scoring, jobs: newJobRails(), railNodes: map[string]int{}}
-	c.cells.Store(&map[string]*atomic.Pointer[nodeView]{})
 	c.vfIndex.Store(&vfNodeIndex{})
 	c.skip.li, c.skip.staleRejects, c.skip.raced = -1, cfg.staleRejects, map[types.UID]struct{}{}
 	if cfg.scoring != nil {
@@ -168,7 +165,7 @@ func newCache(cfg storeConfig) *Cache {
 // view is the node's published view, nil if it has none. Filter and Score
 // call it for every node of every cycle.
 func (c *Cache) view(node string) *nodeView {
-	if cell := (*c.cells.Load())[node]; cell != nil {
+	if cell := c.cells.load(node); cell != nil {
 		return cell.Load()
 	}
 	return nil
@@ -378,9 +375,7 @@ func (c *Cache) remove(node string) {
 	c.setState(e, "")
 	delete(c.nodes, node)
 	c.metrics.setReservations(len(c.podNode))
-	cells := maps.Clone(*c.cells.Load())
-	delete(cells, node)
-	c.cells.Store(&cells)
+	c.cells.remove(node)
 }
 
 // Reserve holds GPUs and VFs (per NIC index, per resource) for a pod.
@@ -469,13 +464,11 @@ func (c *Cache) rebuild(node string) {
 	e.view = v
 	c.setState(e, stateOf(e))
 	c.metrics.setReservations(len(c.podNode))
-	cell := (*c.cells.Load())[node]
+	cell := c.cells.load(node)
 	if cell == nil {
 		cell = &atomic.Pointer[nodeView]{}
-		cells := maps.Clone(*c.cells.Load())
-		cells[node] = cell
 		cell.Store(v)
-		c.cells.Store(&cells)
+		c.cells.add(node, cell)
 		c.nodesChanged()
 		return
 	}

@@ -255,3 +255,31 @@ func BenchmarkJobRailsAtCaps(b *testing.B) {
 		j.drop("x")
 	}
 }
+
+// BenchmarkColdStart: a cache learning of every node's object at start, as
+// a scheduler does when it starts or takes the lease over. Its cost per
+// node must not grow with the nodes already known (compare the sizes: a
+// cost linear in the nodes gives four times the time for four times the
+// nodes).
+func BenchmarkColdStart(b *testing.B) {
+	for _, nodes := range []int{5000, 20000} {
+		b.Run(fmt.Sprint(nodes), func(b *testing.B) {
+			obj := handNRT("n", 0, 1, 2, 3, 4, 5, 6, 7)
+			compiled, err := nrt.Compile(obj, "nvidia.com/gpu")
+			if err != nil {
+				b.Fatal(err)
+			}
+			names := make([]string, nodes)
+			for i := range names {
+				names[i] = fmt.Sprintf("node-%05d", i)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				_, st := newTestPlugin(b, nil)
+				for _, n := range names {
+					st.set(n, "1", compiled, nil, nil)
+				}
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -202,13 +203,13 @@ func (c *Cache) railRoom(li, gpus int) map[string]int {
 	room := map[string]int{}
 	read := 0
 	node := map[string]int{}
-	for _, cell := range *c.cells.Load() {
+	c.cells.each(func(_ string, cell *atomic.Pointer[nodeView]) bool {
 		if read++; read > maxRailRoomNodes {
-			break
+			return false
 		}
 		v, _ := usable(cell.Load())
 		if v == nil || (v.Free&v.C.AnyNear[li]).Count() < gpus {
-			continue
+			return true
 		}
 		clear(node)
 		for n, nic := range v.C.NICs {
@@ -219,7 +220,8 @@ func (c *Cache) railRoom(li, gpus int) map[string]int {
 		for r, free := range node {
 			room[r] += min(free, gpus)
 		}
-	}
+		return true
+	})
 	return room
 }
 

@@ -769,8 +769,8 @@ func TestRemoveFreesTheEntry(t *testing.T) {
 		st.remove(node)
 		st.remove(node) // twice: a Node and its object both go
 	}
-	if len(st.nodes) != 0 || len(*st.cells.Load()) != 0 || len(st.podNode) != 0 {
-		t.Errorf("after removing every node: %d entries, %d cells, %d reservations", len(st.nodes), len(*st.cells.Load()), len(st.podNode))
+	if len(st.nodes) != 0 || st.cells.len() != 0 || len(st.podNode) != 0 {
+		t.Errorf("after removing every node: %d entries, %d cells, %d reservations", len(st.nodes), st.cells.len(), len(st.podNode))
 	}
 	for g := 1; g < maxAnswered; g++ {
 		if st.spread.unanswered[g].Load() != 0 || st.spread.summary[g][kindPlain].Load() != 0 || st.spread.summary[g][kindAligned].Load() != 0 {

@@ -162,9 +162,9 @@ func (pl *NICAffinity) covered(nodes []fwk.NodeInfo) bool {
 	// The epoch is read before the pass: a change during it leaves a memo
 	// that the next cycle does not trust.
 	m := &skipMemo{nodes: nodes, epoch: epoch, covered: true}
-	cells, gpu := *pl.cache.cells.Load(), v1.ResourceName(pl.args.GPUResourceName)
+	gpu := v1.ResourceName(pl.args.GPUResourceName)
 	for _, n := range nodes {
-		if hasGPUs(n, gpu) && cells[n.Node().Name] == nil {
+		if hasGPUs(n, gpu) && pl.cache.cells.load(n.Node().Name) == nil {
 			m.covered = false
 			break
 		}
