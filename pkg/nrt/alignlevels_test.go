@@ -9,8 +9,8 @@ import (
 
 // TestCompiledAgreesWithAlignLevels: for every machine of the catalogue,
 // the object the exporter publishes, compiled as the scheduler compiles
-// it, calls a GPU-NIC pair aligned (P2C or closer) exactly where the
-// machine's own decision levels do (topology.AlignLevels: NCCL's C2C rule,
+// it, gives every GPU-NIC pair the level the machine's own decision levels
+// do, and so calls it aligned (P2C or closer) exactly where they do (topology.AlignLevels: NCCL's C2C rule,
 // and paths from a ConnectX-8 Data Direct function). The exporter's
 // reports and the simulator's bound use those levels; the scheduler must
 // decide by the same ones.
@@ -58,9 +58,9 @@ func TestCompiledAgreesWithAlignLevels(t *testing.T) {
 						t.Fatalf("NIC %s not in the topology", nic.Name)
 					}
 					want := align[i][j] <= topology.LevelP2C
-					if got := c.Near[li][n]&(1<<cg) != 0; got != want {
-						t.Errorf("GPU %s - %s: aligned %v in the object (level %s), %v by the topology (%s)",
-							g.PCI.Address, nic.Name, got, c.GPUs[cg].Level[n], want, align[i][j])
+					if got := c.Near[li][n]&(1<<cg) != 0; got != want || c.GPUs[cg].Level[n] != align[i][j] {
+						t.Errorf("GPU %s - %s: level %s in the object (aligned %v), %s by the topology (aligned %v)",
+							g.PCI.Address, nic.Name, c.GPUs[cg].Level[n], got, align[i][j], want)
 					}
 				}
 			}

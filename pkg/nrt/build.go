@@ -317,9 +317,9 @@ func (b *builder) switchZones() []v1alpha2.Zone {
 }
 
 // ncclPathValue is GPU i's AttrNCCLPath: NCCL's path to every offered NIC.
-// Should that exceed an attribute value's cap, it keeps the PIX, PXB and
-// P2C entries, the only ones the plugin reads beyond the costs (where
-// they are closer than the cost's level), and says so.
+// Should that exceed an attribute value's cap, it keeps the entries the
+// plugin reads beyond the costs (P2C, and PIX or PXB to a NIC with a Data
+// Direct function), and says so.
 func (b *builder) ncclPathValue(i int, paths []topology.NCCLPath) string {
 	var all, close []string
 	for j, n := range b.t.NICs {
@@ -328,7 +328,7 @@ func (b *builder) ncclPathValue(i int, paths []topology.NCCLPath) string {
 		}
 		e := n.Name + "=" + paths[j].String()
 		all = append(all, e)
-		if paths[j] == topology.PathPIX || paths[j] == topology.PathPXB || paths[j] == topology.PathP2C {
+		if paths[j] == topology.PathP2C || n.DataDirect != nil && (paths[j] == topology.PathPIX || paths[j] == topology.PathPXB) {
 			close = append(close, e)
 		}
 	}
@@ -337,7 +337,7 @@ func (b *builder) ncclPathValue(i int, paths []topology.NCCLPath) string {
 	}
 	g := b.t.GPUs[i]
 	b.problems = append(b.problems, Problem{Device: fmt.Sprintf("GPU %d (%s)", g.Index, g.PCI.Address),
-		Reason: fmt.Sprintf("NCCL paths to %d NICs exceed an attribute's %d bytes: only the PIX, PXB and P2C ones are published", len(all), MaxValueLen)})
+		Reason: fmt.Sprintf("NCCL paths to %d NICs exceed an attribute's %d bytes: only the P2C ones and the Data Direct NICs' PIX and PXB ones are published", len(all), MaxValueLen)})
 	return strings.Join(close, ",")
 }
 
@@ -444,6 +444,9 @@ func (b *builder) nicZones() []v1alpha2.Zone {
 		}
 		if r, ok := rails[j]; ok {
 			z.Attributes = append(z.Attributes, v1alpha2.AttributeInfo{Name: AttrRail, Value: r.rail}, v1alpha2.AttributeInfo{Name: AttrRailSource, Value: r.source})
+		}
+		if n.DataDirect != nil {
+			z.Attributes = append(z.Attributes, v1alpha2.AttributeInfo{Name: AttrDataDirect, Value: n.DataDirect.Address})
 		}
 		for _, res := range slices.Sorted(maps.Keys(b.pfPools[j])) {
 			p := b.pfPools[j][res]

@@ -133,6 +133,9 @@ type CompiledNIC struct {
 	Block string
 	// Rail is the NIC's rail ("" unknown) and RailSource where it came from.
 	Rail, RailSource string
+	// DataDirect: the NIC's DMA goes through a Data Direct function
+	// (AttrDataDirect), so NCCL's PIX or PXB path to it is its level.
+	DataDirect bool
 }
 
 // NumLevels is len(topology.Levels), the levels decisions index.
@@ -261,6 +264,12 @@ func (c *Compiled) compileNICs(obj *v1alpha2.NodeResourceTopology, zones map[str
 			}
 			nic.Rail, nic.RailSource = rail, src
 		}
+		if dd := AttrValue(z.Attributes, AttrDataDirect); dd != "" {
+			if _, err := topology.NormalizeBusID(dd); err != nil {
+				return nil, fmt.Errorf("NIC zone %s: %s %q is not a PCI address", z.Name, AttrDataDirect, truncate(dd, 64))
+			}
+			nic.DataDirect = true
+		}
 		for _, r := range z.Resources {
 			avail, err := count(z.Name, r)
 			if err != nil {
@@ -375,7 +384,11 @@ func (c *Compiled) gpuPaths(g *CompiledGPU, z *v1alpha2.Zone, nicIndex map[strin
 		// NCCL's path is closer than the nvidia-smi level: P2C by NCCL's
 		// C2C rule, or PIX/PXB measured from a NIC's Data Direct function
 		// (docs/levels.md): the pair is aligned at NCCL's level, as the
-		// exporter's own decision levels say (topology.AlignLevels).
+		// exporter's own decision levels say (topology.AlignLevels). Other
+		// NICs keep the nvidia-smi level for PIX and PXB.
+		if l != topology.LevelP2C && !c.NICs[n].DataDirect {
+			continue
+		}
 		if g.Level[n] > l {
 			g.Level[n] = l
 			c.HasP2C = c.HasP2C || l == topology.LevelP2C

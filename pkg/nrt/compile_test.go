@@ -75,6 +75,10 @@ func TestCompileBadObjects(t *testing.T) {
 		{"duplicate zone", func(o *v1alpha2.NodeResourceTopology) { o.Zones = append(o.Zones, o.Zones[0]) }, "zone node-0 appears twice"},
 		{"GPU zone misnamed", func(o *v1alpha2.NodeResourceTopology) { zoneNamed(o, "gpu-5").Name = "gpu-five" }, "GPU zone gpu-five is not named gpu-<index>"},
 		{"no GPU resource", func(o *v1alpha2.NodeResourceTopology) { zoneNamed(o, "gpu-6").Resources = nil }, "GPU zone gpu-6 has no nvidia.com/gpu resource"},
+		{"Data Direct function not a PCI address", func(o *v1alpha2.NodeResourceTopology) {
+			z := zoneNamed(o, "nic-mlx5_0")
+			z.Attributes = append(z.Attributes, v1alpha2.AttributeInfo{Name: AttrDataDirect, Value: "next-to-gpu-0"})
+		}, `NIC zone nic-mlx5_0: dataDirect "next-to-gpu-0" is not a PCI address`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -78,6 +78,11 @@ const (
 	// RailFromPCIRank).
 	AttrRail       = "rail"
 	AttrRailSource = "railSource"
+	// AttrDataDirect on NIC zones (schema 2) is the PCI address of the
+	// NIC's ConnectX-8 Data Direct function, when it has one: NCCL's
+	// paths to the NIC (ncclPath) are then measured from that function,
+	// and a PIX or PXB path there is the pair's level (docs/levels.md).
+	AttrDataDirect = "dataDirect"
 	// AttrHealth on GPU zones: "ok", or "missing" when the device plugin does
 	// not offer the GPU (fallen off the bus, Xid, unhealthy).
 	AttrHealth = "health"
