@@ -15,7 +15,11 @@ func Capacity(c *nrt.Compiled, li int, res string, one bool) int {
 		return (c.Healthy & c.AnyNear[li]).Count()
 	}
 	if one {
-		return max(0, slicesMax(NICCapacities(c, li, res)))
+		most := 0
+		for _, n := range NICCapacities(c, li, res) {
+			most = max(most, n)
+		}
+		return most
 	}
 	var all nrt.GPUSet
 	for n, nic := range c.NICs {
@@ -38,12 +42,4 @@ func NICCapacities(c *nrt.Compiled, li int, res string) []int {
 		}
 	}
 	return out
-}
-
-func slicesMax(v []int) int {
-	m := -1
-	for _, x := range v {
-		m = max(m, x)
-	}
-	return m
 }

@@ -84,7 +84,38 @@ const maxFunctionLines = 100
 func TestNoLongFunctions(t *testing.T) {
 	fset := token.NewFileSet()
 	seen := 0
-	for _, root := range []string{"pkg", "cmd", "internal"} {
+	err := productGoFiles([]string{"pkg", "cmd", "internal"}, func(path string) error {
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(filepath.Join("..", ".."), path)
+		for _, decl := range f.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			seen++
+			lines := fset.Position(fn.End()).Line - fset.Position(fn.Pos()).Line + 1
+			key := filepath.ToSlash(rel) + " " + fn.Name.Name
+			if _, ok := longFunctionExceptions[key]; lines > maxFunctionLines && !ok {
+				t.Errorf("%s is %d lines, at most %d", key, lines, maxFunctionLines)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen < 500 {
+		t.Fatalf("only %d functions read", seen)
+	}
+}
+
+// productGoFiles calls f for every product Go file under roots (pkg/,
+// cmd/, internal/ ...): test files, test packages and testdata aside.
+func productGoFiles(roots []string, f func(path string) error) error {
+	for _, root := range roots {
 		err := filepath.WalkDir(filepath.Join("..", "..", root), func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -95,32 +126,13 @@ func TestNoLongFunctions(t *testing.T) {
 			if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return nil
 			}
-			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(filepath.Join("..", ".."), path)
-			for _, decl := range f.Decls {
-				fn, ok := decl.(*ast.FuncDecl)
-				if !ok || fn.Body == nil {
-					continue
-				}
-				seen++
-				lines := fset.Position(fn.End()).Line - fset.Position(fn.Pos()).Line + 1
-				key := filepath.ToSlash(rel) + " " + fn.Name.Name
-				if _, ok := longFunctionExceptions[key]; lines > maxFunctionLines && !ok {
-					t.Errorf("%s is %d lines, at most %d", key, lines, maxFunctionLines)
-				}
-			}
-			return nil
+			return f(path)
 		})
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
-	if seen < 500 {
-		t.Fatalf("only %d functions read", seen)
-	}
+	return nil
 }
 
 // TestNoRecoveredFailures: the simulator and the programs never recover a
@@ -282,16 +294,7 @@ func TestDocsAreReference(t *testing.T) {
 // product never leaves files behind or depends on a writable /tmp.
 func TestPkgWritesNoTempFiles(t *testing.T) {
 	seen := 0
-	err := filepath.WalkDir(filepath.Join("..", "..", "pkg"), func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && strings.HasSuffix(d.Name(), "test") || d.Name() == "testdata" {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
+	err := productGoFiles([]string{"pkg"}, func(path string) error {
 		seen++
 		b, err := os.ReadFile(path)
 		if err != nil {
