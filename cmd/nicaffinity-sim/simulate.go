@@ -29,7 +29,7 @@ type simulateOptions struct {
 	cpuProfile                        string
 	runs, parallel                    int
 	columns                           []string
-	dra                               bool
+	dra, apiServer                    bool
 }
 
 // defaultRuns is make demo's three seeds: enough for a median and a range.
@@ -93,6 +93,7 @@ left out of the bundled scenarios' clusters.`,
 	f.StringSliceVar(&o.columns, "columns", nil, "compare only these columns (default: all)")
 	f.StringVar(&o.alignmentWait, "alignment-wait", "", "the bounded columns' wait for aligned GPUs (nicaffinity.io/alignment-wait on every pod; default: the plugin's alignmentWait)")
 	f.StringSliceVar(&o.scenarios, "scenario", []string{"default"}, "bundled cluster and workload: "+strings.Join(slices.Sorted(maps.Keys(sim.Scenarios)), ", ")+" (--cluster and --workload replace its parts); several, comma-separated, make one report each, in that order")
+	f.BoolVar(&o.apiServer, "apiserver", false, "replay on a real kube-apiserver and etcd (the reference) instead of the in-memory API; DRA columns always do")
 	f.BoolVar(&o.dra, "dra", false, "a DRA cluster: compare how jobs claim GPUs and NICs (docs/dra.md)")
 	return cmd
 }
@@ -385,7 +386,7 @@ func (o *simulateOptions) runAll(ctx context.Context, plans []*sim.Plan, cols []
 			label := fmt.Sprintf("run %d/%d %s", t.plan+1, len(plans), col.Name)
 			show.line(fmt.Sprintf("%s (seed %d): %d jobs on a fresh cluster of %d nodes...", label, plan.Workload.Seed, plan.Jobs(), plan.Nodes()))
 			start := time.Now()
-			r, err := sim.Run(ctx, plan, col, func(p sim.Progress) { show.show(label, p) })
+			r, err := sim.Run(ctx, plan, col, sim.RunOptions{Progress: func(p sim.Progress) { show.show(label, p) }, APIServer: o.apiServer})
 			show.finish(label)
 			mu.Lock()
 			defer mu.Unlock()

@@ -180,7 +180,7 @@ func (n *Node) StartExporter() error {
 	cfg.MaxBackoff = 2 * time.Second
 	cfg.Resources.SRIOV = []string{n.opts.SRIOVResource}
 	cfg.Rails.Source = n.opts.RailSource
-	client, err := exporter.NewClient(n.cluster.CP.Config)
+	client, err := n.cluster.CP.ExporterClient()
 	if err != nil {
 		src.Close()
 		return fmt.Errorf("node %s: %w", n.Name, err)

@@ -37,7 +37,9 @@ import (
 	"k8s.io/kubernetes/test/utils/ktesting"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nicaffinity/nicaffinity/internal/memapi"
 	"github.com/nicaffinity/nicaffinity/manifests"
+	"github.com/nicaffinity/nicaffinity/pkg/exporter"
 )
 
 // ControlPlane is a running apiserver with clients.
@@ -50,6 +52,9 @@ type ControlPlane struct {
 	// TmpDir is the control plane's scratch directory (etcd's data, the
 	// apiserver's certificates), removed at Stop.
 	TmpDir string
+	// Memory is the in-memory API when the control plane has no
+	// apiserver (NewInMemory); Config is nil then.
+	Memory *memapi.API
 
 	mu    sync.Mutex
 	stops []func()
@@ -168,6 +173,39 @@ func New(ctx context.Context, opts ...Option) (*ControlPlane, error) {
 		return fail(fmt.Errorf("installing CRDs: %w", err))
 	}
 	return cp, nil
+}
+
+// NewInMemory serves the API from memory (package memapi) instead of
+// kube-apiserver and etcd: the replays' control plane. Config is nil;
+// clients come from Memory (Kube and NRT are ready).
+func NewInMemory() (*ControlPlane, error) {
+	dir, err := os.MkdirTemp("", "nicaffinity-memapi")
+	if err != nil {
+		return nil, err
+	}
+	api, err := memapi.New()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	cp := &ControlPlane{TmpDir: dir, Memory: api, Kube: api.Kube(), NRT: api.NRT()}
+	cp.stops = append(cp.stops, func() { os.RemoveAll(dir) }, api.Close)
+	return cp, nil
+}
+
+// ExporterClient is a client for one exporter: over HTTP to the
+// apiserver, or on the in-memory API.
+func (cp *ControlPlane) ExporterClient() (ExporterClient, error) {
+	if cp.Memory != nil {
+		return cp.Memory.Exporter(), nil
+	}
+	return exporter.NewClient(cp.Config)
+}
+
+// ExporterClient is what an exporter writes and reads through.
+type ExporterClient interface {
+	exporter.Kube
+	exporter.NRTClient
 }
 
 // Stop stops the apiserver and etcd and removes their files, last started
@@ -299,6 +337,11 @@ func installCRDs(ctx context.Context, cfg *rest.Config) error {
 // components started from files (the scheduler, the exporter binary).
 func (cp *ControlPlane) WriteKubeconfig(path string) error {
 	c := cp.Config
+	if c == nil {
+		// In memory: every client comes from Memory; a client built from
+		// this file would reach nothing.
+		c = &rest.Config{Host: "https://in-memory.invalid"}
+	}
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: c.Host, CertificateAuthorityData: c.CAData, CertificateAuthority: c.CAFile, TLSServerName: c.ServerName, InsecureSkipTLSVerify: c.Insecure}
 	cfg.AuthInfos["test"] = &clientcmdapi.AuthInfo{Token: c.BearerToken, ClientCertificateData: c.CertData, ClientKeyData: c.KeyData}

@@ -16,12 +16,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/configz"
@@ -38,6 +40,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
+	"github.com/nicaffinity/nicaffinity/internal/memapi"
 	"github.com/nicaffinity/nicaffinity/manifests"
 	"github.com/nicaffinity/nicaffinity/pkg/plugins/nicaffinity"
 )
@@ -140,7 +143,7 @@ func Run(ctx context.Context, cp *controlplane.ControlPlane, cfg, dir string, o 
 	opts.SecureServing.ServerCert.CertDirectory = dir
 	ctx, cancel := context.WithCancel(ctx)
 	s := &Scheduler{ctx: ctx, cancel: cancel, done: make(chan struct{}), runErr: make(chan error, 1)}
-	cc, err := s.setup(ctx, opts, o)
+	cc, err := s.setup(ctx, opts, o, cp.Memory)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("scheduler setup: %w", err)
@@ -201,7 +204,7 @@ func (s *Scheduler) Stop() {
 // setup is kube-scheduler's app.Setup with the harness's options: the same
 // defaulting, validation, completed configuration and constructor, plus
 // what only scheduler.New accepts.
-func (s *Scheduler) setup(ctx context.Context, opts *options.Options, o Options) (*schedulerserverconfig.CompletedConfig, error) {
+func (s *Scheduler) setup(ctx context.Context, opts *options.Options, o Options, mem *memapi.API) (*schedulerserverconfig.CompletedConfig, error) {
 	cfg, err := latest.Default()
 	if err != nil {
 		return nil, err
@@ -213,6 +216,16 @@ func (s *Scheduler) setup(ctx context.Context, opts *options.Options, o Options)
 	c, err := opts.Config(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if mem != nil {
+		// The in-memory API: the clients app.Setup built from the
+		// kubeconfig give way to clients of the store, built the same way.
+		c.Client = mem.Kube()
+		c.EventBroadcaster = events.NewEventBroadcasterAdapterWithContext(ctx, c.Client)
+		c.InformerFactory = scheduler.NewInformerFactory(c.Client, 0, nil)
+		objects := mem.Dynamic()
+		c.DynInformerFactory = dynamicinformer.NewFilteredDynamicSharedInformerFactory(objects, 0, corev1.NamespaceAll, nil)
+		o.PluginOptions = append(slices.Clone(o.PluginOptions), nicaffinity.WithObjectClient(objects))
 	}
 	cc := c.Complete()
 	if o.Profiles != nil {

@@ -319,15 +319,35 @@ func (r *record) oneRailSet(nodes map[string]nodeInfo) bool {
 	return true
 }
 
+// RunOptions are how a replay runs, never what it replays.
+type RunOptions struct {
+	// Progress, if set, is told how the replay advances.
+	Progress func(Progress)
+	// APIServer runs the replay on a real kube-apiserver and etcd (the
+	// reference) instead of the in-memory API (package memapi). DRA
+	// columns always do: their claims follow the ResourceClaim
+	// controller's finalizers and admission, which the in-memory API
+	// leaves out.
+	APIServer bool
+}
+
+// controlPlane starts the replay's API.
+func (o RunOptions) controlPlane(ctx context.Context, col Column) (*controlplane.ControlPlane, error) {
+	if o.APIServer || col.Kubelet == kubeletsim.DRA {
+		return controlplane.New(ctx, controlplane.WithWorkloads())
+	}
+	return controlplane.NewInMemory()
+}
+
 // Run replays the plan's workload through a column's scheduler, with its
 // kubelets, on a fresh cluster.
-func Run(ctx context.Context, p *Plan, col Column, progress func(Progress)) (Result, error) {
+func Run(ctx context.Context, p *Plan, col Column, o RunOptions) (Result, error) {
 	nodes := slices.Clone(p.nodes)
 	for i := range nodes {
 		nodes[i].Policy = col.Kubelet
 	}
 	enableWorkloads()
-	cp, err := controlplane.New(ctx, controlplane.WithWorkloads())
+	cp, err := o.controlPlane(ctx, col)
 	if err != nil {
 		return Result{}, err
 	}
@@ -366,7 +386,7 @@ func Run(ctx context.Context, p *Plan, col Column, progress func(Progress)) (Res
 			return Result{}, err
 		}
 	}
-	recs, end, err := replay(ctx, cp, cl, sched, clk, p, col, progress)
+	recs, end, err := replay(ctx, cp, cl, sched, clk, p, col, o.Progress)
 	if err != nil {
 		return Result{}, err
 	}

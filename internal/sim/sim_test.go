@@ -922,7 +922,7 @@ func runColumns(t *testing.T, p *Plan, cols []Column, progress [][]Progress) []R
 			if progress != nil {
 				report = func(pr Progress) { progress[i] = append(progress[i], pr) }
 			}
-			r, err := Run(context.Background(), p, col, report)
+			r, err := Run(context.Background(), p, col, RunOptions{Progress: report})
 			if err != nil {
 				t.Errorf("%s: %v", col.Name, err)
 			}

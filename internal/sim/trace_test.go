@@ -113,7 +113,7 @@ func TestRunTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Run(context.Background(), p, cols[0], nil)
+	r, err := Run(context.Background(), p, cols[0], RunOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,19 +49,21 @@ type informerFeed struct {
 
 // newInformerFeed makes a cache and feeds it from an NRT informer and the
 // scheduler's pod and node informers.
-func newInformerFeed(ctx context.Context, h fwk.Handle, cfg storeConfig, reader podreq.Config) (*informerFeed, error) {
+func newInformerFeed(ctx context.Context, h fwk.Handle, cfg storeConfig, reader podreq.Config, client dynamic.Interface) (*informerFeed, error) {
 	// Objects come in unstructured, so that their quantities are checked
 	// as strings (nrt.Decode) before anything parses them.
-	client, err := dynamic.NewForConfig(h.KubeConfig())
-	if err != nil {
-		return nil, err
-	}
-	disco, err := discovery.NewDiscoveryClientForConfig(h.KubeConfig())
-	if err != nil {
-		return nil, err
-	}
-	if err := waitForCRD(ctx, disco, crdWait, 2*time.Second); err != nil {
-		return nil, err
+	if client == nil {
+		var err error
+		if client, err = dynamic.NewForConfig(h.KubeConfig()); err != nil {
+			return nil, err
+		}
+		disco, err := discovery.NewDiscoveryClientForConfig(h.KubeConfig())
+		if err != nil {
+			return nil, err
+		}
+		if err := waitForCRD(ctx, disco, crdWait, 2*time.Second); err != nil {
+			return nil, err
+		}
 	}
 	c := newCache(cfg)
 	f := &informerFeed{c: c, schedulerName: h.ProfileName(), reader: reader}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/clock"
 )
@@ -14,6 +15,9 @@ type Option func(*options)
 
 type options struct {
 	clock clock.WithDelayedExecution
+	// objects, when set, is where NodeResourceTopology objects are read
+	// instead of a client built from the scheduler's kubeconfig.
+	objects dynamic.Interface
 }
 
 // WithClock sets the clock the bounded policy's waits run on: the real
@@ -21,6 +25,13 @@ type options struct {
 // figures follow from workload time alone), a fake one in tests.
 func WithClock(c clock.WithDelayedExecution) Option {
 	return func(o *options) { o.clock = c }
+}
+
+// WithObjectClient reads NodeResourceTopology objects through c instead
+// of a client built from the scheduler's kubeconfig: a replay's in-memory
+// API, which serves the resource from the start (no CRD to wait for).
+func WithObjectClient(c dynamic.Interface) Option {
+	return func(o *options) { o.objects = c }
 }
 
 func newOptions(opts []Option) options {

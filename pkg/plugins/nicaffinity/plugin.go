@@ -95,7 +95,7 @@ func newPlugin(ctx context.Context, obj runtime.Object, h fwk.Handle, o options)
 	if err != nil {
 		return nil, err
 	}
-	feed, err := newInformerFeed(ctx, h, storeConfigOf(args, h.ProfileName()), RequestConfig(args))
+	feed, err := newInformerFeed(ctx, h, storeConfigOf(args, h.ProfileName()), RequestConfig(args), o.objects)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
