@@ -82,7 +82,7 @@ vet:
 # go vet runs every analyzer once, over our packages and (for their facts)
 # every dependency. The go test steps run with -vet=off: their own vet
 # would analyze all of k8s.io/kubernetes again, once per build mode.
-RACE_PKGS := ./pkg/plugins/nicaffinity/ ./pkg/exporter/ ./pkg/allocproxy/
+RACE_PKGS := ./pkg/plugins/nicaffinity/ ./pkg/exporter/ ./pkg/allocproxy/ ./internal/memapi/
 test: vet
 	$(GO) test -vet=off -race -count=1 $(RACE_PKGS)
 	$(GO) test -vet=off -count=1 ./...

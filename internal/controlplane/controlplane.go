@@ -178,12 +178,12 @@ func New(ctx context.Context, opts ...Option) (*ControlPlane, error) {
 // NewInMemory serves the API from memory (package memapi) instead of
 // kube-apiserver and etcd: the replays' control plane. Config is nil;
 // clients come from Memory (Kube and NRT are ready).
-func NewInMemory() (*ControlPlane, error) {
+func NewInMemory(opts ...memapi.Option) (*ControlPlane, error) {
 	dir, err := os.MkdirTemp("", "nicaffinity-memapi")
 	if err != nil {
 		return nil, err
 	}
-	api, err := memapi.New()
+	api, err := memapi.New(opts...)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err

@@ -41,11 +41,20 @@ type API struct {
 	fakes []*k8stesting.Fake
 	stop  chan struct{}
 	once  sync.Once
+
+	dropBindingAnnotations bool
 }
+
+// Option changes an API.
+type Option func(*API)
+
+// DropBindingAnnotations is a fault for tests that must show a replay
+// notices the API: bindings lose their annotations (the plugin's plan).
+func DropBindingAnnotations() Option { return func(a *API) { a.dropBindingAnnotations = true } }
 
 // New makes an empty in-memory API serving the built-in types and
 // NodeResourceTopology. Close releases it.
-func New() (*API, error) {
+func New(opts ...Option) (*API, error) {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, nrtv1alpha2.AddToScheme, corev1defaults.RegisterDefaults} {
 		if err := add(scheme); err != nil {
@@ -53,6 +62,9 @@ func New() (*API, error) {
 		}
 	}
 	a := &API{store: NewStore(scheme), scheme: scheme, stop: make(chan struct{})}
+	for _, o := range opts {
+		o(a)
+	}
 	// The fake clientsets record every call; nothing here reads the
 	// record, so it is dropped now and then to bound memory.
 	go func() {
@@ -297,9 +309,18 @@ func (a *API) create(gvr schema.GroupVersionResource, ns string, act k8stesting.
 		if !ok {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("pods/binding takes a Binding, not %T", act.Object))
 		}
+		if a.dropBindingAnnotations {
+			b = b.DeepCopy()
+			b.Annotations = nil
+		}
+		// client-go's fake sends a binding to the binding's namespace
+		// (the scheduler's binder sets it to the pod's).
 		name := act.Name
 		if name == "" {
 			name = b.Name
+		}
+		if ns == "" {
+			ns = b.Namespace
 		}
 		a.store.mu.Lock()
 		defer a.store.mu.Unlock()

@@ -144,8 +144,12 @@ func mergeUpdate(gvr schema.GroupVersionResource, subresource string, cur, obj r
 	if subresource != "" && subresource != "status" {
 		return nil, apierrors.NewMethodNotSupported(gvr.GroupResource(), "update "+subresource)
 	}
+	req, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, err
+	}
+	rv := req.GetResourceVersion()
 	if statusResources[gvr.GroupResource()] {
-		var err error
 		if subresource == "status" {
 			obj, err = withStatus(cur, obj)
 		} else {
@@ -162,6 +166,7 @@ func mergeUpdate(gvr schema.GroupVersionResource, subresource string, cur, obj r
 	if err != nil {
 		return nil, err
 	}
+	m.SetResourceVersion(rv) // the request's: optimistic concurrency
 	if cm.GetDeletionTimestamp() != nil {
 		m.SetDeletionTimestamp(cm.GetDeletionTimestamp())
 	}
@@ -178,7 +183,6 @@ func withStatus(base, from runtime.Object) (runtime.Object, error) {
 	case *corev1.Pod:
 		f := from.(*corev1.Pod)
 		o.Status = *f.Status.DeepCopy()
-		o.ResourceVersion = f.ResourceVersion
 		if o.Status.QOSClass == "" {
 			o.Status.QOSClass = base.(*corev1.Pod).Status.QOSClass
 		}
@@ -197,13 +201,6 @@ func withStatus(base, from runtime.Object) (runtime.Object, error) {
 		u["status"] = st
 	} else {
 		delete(u, "status")
-	}
-	if md, ok := fu["metadata"].(map[string]any); ok {
-		if rv, ok := md["resourceVersion"]; ok {
-			if m, ok := u["metadata"].(map[string]any); ok {
-				m["resourceVersion"] = rv
-			}
-		}
 	}
 	typed := base.DeepCopyObject()
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u, typed); err != nil {
@@ -302,7 +299,9 @@ func bind(cur *corev1.Pod, b *corev1.Binding, now time.Time) (*corev1.Pod, error
 	if b.Target.Name == "" {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("binding of pod %s names no node", cur.Name))
 	}
-	fail := func(msg string) error { return apierrors.NewConflict(podsGVR.GroupResource(), cur.Name, fmt.Errorf("%s", msg)) }
+	fail := func(msg string) error {
+		return apierrors.NewConflict(podsGVR.GroupResource(), cur.Name, fmt.Errorf("%s", msg))
+	}
 	switch {
 	case cur.DeletionTimestamp != nil:
 		return nil, fail(fmt.Sprintf("pod %s is being deleted, cannot be assigned to a host", cur.Name))

@@ -22,6 +22,7 @@ import (
 	"github.com/nicaffinity/nicaffinity/internal/cluster"
 	"github.com/nicaffinity/nicaffinity/internal/controlplane"
 	"github.com/nicaffinity/nicaffinity/internal/kubeletsim"
+	"github.com/nicaffinity/nicaffinity/internal/memapi"
 	"github.com/nicaffinity/nicaffinity/internal/schedulerrun"
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
 	"github.com/nicaffinity/nicaffinity/pkg/dra"
@@ -329,6 +330,8 @@ type RunOptions struct {
 	// controller's finalizers and admission, which the in-memory API
 	// leaves out.
 	APIServer bool
+	// memapi are the in-memory API's options (a test's faults).
+	memapi []memapi.Option
 }
 
 // controlPlane starts the replay's API.
@@ -336,7 +339,7 @@ func (o RunOptions) controlPlane(ctx context.Context, col Column) (*controlplane
 	if o.APIServer || col.Kubelet == kubeletsim.DRA {
 		return controlplane.New(ctx, controlplane.WithWorkloads())
 	}
-	return controlplane.NewInMemory()
+	return controlplane.NewInMemory(o.memapi...)
 }
 
 // Run replays the plan's workload through a column's scheduler, with its
