@@ -87,6 +87,10 @@ func (s *settler) attach(sched *scheduler.Scheduler) error {
 	next := sched.NextEntity
 	sched.NextEntity = func(logger klog.Logger) (framework.QueuedEntityInfo, error) {
 		s.waiting.Add(1)
+		// The loop is back: the last cycle is over, which a harness waiting
+		// for the scheduler to be idle wants to know now, not at its next
+		// poll.
+		s.notify()
 		select {
 		case <-s.tokens:
 		case <-s.closed:
