@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/watch"
@@ -286,7 +287,21 @@ func (a *API) watch(action k8stesting.Action, unstructuredOut bool) (watch.Inter
 			return obj
 		}
 	}
-	return a.store.watch(gvr, act.Namespace, from, initial, match, convert)
+	return a.store.watch(gvr, act.Namespace, from, initial, match, onlyNode(gvr, act.WatchRestrictions), convert)
+}
+
+// onlyNode is the node whose pods a watch selects and nothing else
+// ("" when it selects otherwise).
+func onlyNode(gvr schema.GroupVersionResource, r k8stesting.WatchRestrictions) string {
+	if gvr != podsGVR || (r.Labels != nil && !r.Labels.Empty()) || r.Fields == nil {
+		return ""
+	}
+	reqs := r.Fields.Requirements()
+	if len(reqs) != 1 || reqs[0].Field != "spec.nodeName" || reqs[0].Value == "" ||
+		(reqs[0].Operator != selection.Equals && reqs[0].Operator != selection.DoubleEquals) {
+		return ""
+	}
+	return reqs[0].Value
 }
 
 // kindFor is the kind served at gvr.

@@ -31,6 +31,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -72,14 +73,18 @@ type Store struct {
 	objects  map[schema.GroupVersionResource]map[key]runtime.Object
 	history  []change
 	watchers map[schema.GroupVersionResource]map[*watcher]struct{}
-	closed   bool
+	// onNode are the pod watchers that select one node's pods and
+	// nothing else (kubelets, exporters), by node: a pod's write goes to
+	// its node's watchers only, not past every node's selector.
+	onNode map[string]map[*watcher]struct{}
+	closed bool
 }
 
 // NewStore makes an empty store for the types of scheme.
 func NewStore(scheme *runtime.Scheme) *Store {
 	return &Store{scheme: scheme, now: time.Now, rv: 1,
 		objects:  map[schema.GroupVersionResource]map[key]runtime.Object{},
-		watchers: map[schema.GroupVersionResource]map[*watcher]struct{}{}}
+		watchers: map[schema.GroupVersionResource]map[*watcher]struct{}{}, onNode: map[string]map[*watcher]struct{}{}}
 }
 
 // Close ends every watch; later watches fail.
@@ -92,7 +97,13 @@ func (s *Store) Close() {
 			w.stop()
 		}
 	}
+	for _, ws := range s.onNode {
+		for w := range ws {
+			w.stop()
+		}
+	}
 	s.watchers = map[schema.GroupVersionResource]map[*watcher]struct{}{}
+	s.onNode = map[string]map[*watcher]struct{}{}
 }
 
 // ResourceVersion is the store's current resourceVersion.
@@ -150,6 +161,17 @@ func (s *Store) write(k key, obj runtime.Object) runtime.Object {
 	}
 	for w := range s.watchers[k.gvr] {
 		w.send(c)
+	}
+	if k.gvr == podsGVR {
+		a, b := nodeOf(c.old), nodeOf(c.obj)
+		for w := range s.onNode[a] {
+			w.send(c)
+		}
+		if b != a {
+			for w := range s.onNode[b] {
+				w.send(c)
+			}
+		}
 	}
 	return obj
 }
@@ -272,7 +294,9 @@ func (s *Store) list(gvr schema.GroupVersionResource, ns string, match func(runt
 // current object as ADDED first; with initial, an empty object of the
 // type, then a bookmark made of it after them, as a watch-list ends). It fails with 410 Gone when the
 // history no longer reaches back to from.
-func (s *Store) watch(gvr schema.GroupVersionResource, ns string, from int64, initial runtime.Object, match func(runtime.Object) bool, convert func(runtime.Object) runtime.Object) (*watcher, error) {
+//
+// node, when set, says the watch selects exactly the pods of that node.
+func (s *Store) watch(gvr schema.GroupVersionResource, ns string, from int64, initial runtime.Object, match func(runtime.Object) bool, node string, convert func(runtime.Object) runtime.Object) (*watcher, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -301,16 +325,31 @@ func (s *Store) watch(gvr schema.GroupVersionResource, ns string, from int64, in
 	case from > s.rv:
 		return nil, apierrors.NewTimeoutError(fmt.Sprintf("Too large resource version: %d, current: %d", from, s.rv), 1)
 	}
-	if s.watchers[gvr] == nil {
-		s.watchers[gvr] = map[*watcher]struct{}{}
+	set := s.watchers[gvr]
+	if gvr == podsGVR && node != "" {
+		if s.onNode[node] == nil {
+			s.onNode[node] = map[*watcher]struct{}{}
+		}
+		set = s.onNode[node]
+	} else if set == nil {
+		set = map[*watcher]struct{}{}
+		s.watchers[gvr] = set
 	}
-	s.watchers[gvr][w] = struct{}{}
+	set[w] = struct{}{}
 	w.forget = func() {
 		s.mu.Lock()
-		delete(s.watchers[gvr], w)
+		delete(set, w)
 		s.mu.Unlock()
 	}
 	return w, nil
+}
+
+// nodeOf is a pod's node ("" for none, or not a pod).
+func nodeOf(obj runtime.Object) string {
+	if pod, ok := obj.(*corev1.Pod); ok {
+		return pod.Spec.NodeName
+	}
+	return ""
 }
 
 // objectKey is obj's key under gvr.

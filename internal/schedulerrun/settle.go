@@ -3,7 +3,6 @@ package schedulerrun
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -248,11 +247,32 @@ type View struct {
 func NewView(keep func(any) bool) *View { return &View{rv: map[string]string{}, keep: keep} }
 
 func entryHash(key, rv string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(key))
-	h.Write([]byte{0})
-	h.Write([]byte(rv))
-	return h.Sum64()
+	return hashString(hashByte(hashString(fnvOffset, key), 0), rv)
+}
+
+// entryHashOf is entryHash of obj's key (namespace/name, or name) and
+// version, without building the key.
+func entryHashOf(a metav1.Object) uint64 {
+	h := uint64(fnvOffset)
+	if ns := a.GetNamespace(); ns != "" {
+		h = hashByte(hashString(h, ns), '/')
+	}
+	return hashString(hashByte(hashString(h, a.GetName()), 0), a.GetResourceVersion())
+}
+
+// FNV-1a (hash/fnv's 64-bit), over strings without copying them.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func hashByte(h uint64, b byte) uint64 { return (h ^ uint64(b)) * fnvPrime }
+
+func hashString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h = hashByte(h, s[i])
+	}
+	return h
 }
 
 // Set records obj at its resourceVersion.
@@ -318,11 +338,11 @@ func (v *View) Holds(objs []any) bool {
 		if v.keep != nil && !v.keep(obj) {
 			continue
 		}
-		key, rv, ok := entryOf(obj)
-		if !ok {
+		a, err := meta.Accessor(obj)
+		if err != nil {
 			continue
 		}
-		digest ^= entryHash(key, rv)
+		digest ^= entryHashOf(a)
 		n++
 	}
 	d, size := v.Digest()
@@ -330,6 +350,19 @@ func (v *View) Holds(objs []any) bool {
 }
 
 // Versions copies the view.
+// Differs returns an object whose version in v differs from held's
+// ("" when none does), without copying v.
+func (v *View) Differs(held map[string]string) (key, want string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for k, r := range v.rv {
+		if held[k] != r {
+			return k, r
+		}
+	}
+	return "", ""
+}
+
 func (v *View) Versions() map[string]string {
 	v.mu.Lock()
 	defer v.mu.Unlock()

@@ -1,6 +1,7 @@
 package schedulerrun
 
 import (
+	"hash/fnv"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -38,5 +39,25 @@ func TestViewHolds(t *testing.T) {
 	}
 	if !NewView(nil).Holds(nil) {
 		t.Error("an empty view does not hold an empty store")
+	}
+}
+
+// TestEntryHash: the views' hash is FNV-1a of "key\x00rv", and an
+// object's hash equals its key's, namespaced or not.
+func TestEntryHash(t *testing.T) {
+	for _, tc := range []struct{ ns, name, rv string }{{"default", "p", "12"}, {"", "node-1", "7"}, {"", "", ""}} {
+		key := tc.name
+		if tc.ns != "" {
+			key = tc.ns + "/" + tc.name
+		}
+		h := fnv.New64a()
+		h.Write([]byte(key + "\x00" + tc.rv))
+		if got := entryHash(key, tc.rv); got != h.Sum64() {
+			t.Errorf("entryHash(%q, %q) = %x, FNV-1a %x", key, tc.rv, got, h.Sum64())
+		}
+		obj := &metav1.ObjectMeta{Namespace: tc.ns, Name: tc.name, ResourceVersion: tc.rv}
+		if got := entryHashOf(obj); got != entryHash(key, tc.rv) {
+			t.Errorf("entryHashOf(%s) = %x, entryHash %x", key, got, entryHash(key, tc.rv))
+		}
 	}
 }

@@ -146,6 +146,9 @@ type replayer struct {
 	// have processed, as the scheduler's handlers must have too.
 	podView, nrtView, groupView *schedulerrun.View
 	changed                     chan struct{}
+	// open are the jobs that arrived and have not started or ended, in
+	// job order.
+	open []int
 	// alive are the pods the replay created and has not deleted.
 	alive map[string]bool
 	// created is when each pod was created on the wall clock, for the
@@ -303,6 +306,8 @@ func (r *replayer) apply(e event) error {
 			r.alive[pod.Name] = true
 		}
 		heap.Push(&r.queue, event{at: r.now + r.p.Workload.MaxWait.Std(), kind: evGiveUp, job: e.job})
+		at, _ := slices.BinarySearch(r.open, e.job)
+		r.open = slices.Insert(r.open, at, e.job)
 	case evGiveUp:
 		if rec.Running != never || rec.Ended != never {
 			return nil
@@ -545,10 +550,8 @@ func (r *replayer) viewsBehind(pods, nrts, groups []any, detail bool) string {
 		return "the scheduler's " + why
 	}
 	if held := r.sched.PluginObjects(); held != nil {
-		for name, rv := range r.nrtView.Versions() {
-			if held[name] != rv {
-				return fmt.Sprintf("the nicaffinity plugin holds %s's object at resourceVersion %q, the apiserver %q", name, held[name], rv)
-			}
+		if name, rv := r.nrtView.Differs(held); name != "" {
+			return fmt.Sprintf("the nicaffinity plugin holds %s's object at resourceVersion %q, the apiserver %q", name, held[name], rv)
 		}
 	}
 	return ""
@@ -679,17 +682,24 @@ func (r *replayer) observe() {
 				}
 			}
 		}
-		if v, ok := pod.Annotations[annotations.ObservedKey]; ok {
+		// Parsed once per value: the annotation changes rarely, the
+		// moments are many.
+		if v, ok := pod.Annotations[annotations.ObservedKey]; ok && v != pr.observedRaw {
 			if obs, err := annotations.ParseObserved(v); err == nil {
-				pr.Observed = &obs
+				pr.Observed, pr.observedRaw = &obs, v
 			}
 		}
 	}
-	// Jobs in job order, so that ends at one moment are queued alike.
-	for i, rec := range r.recs {
+	// Jobs in job order, so that ends at one moment are queued alike;
+	// only those that arrived and have not started can start.
+	open := r.open[:0]
+	defer func() { r.open = open }()
+	for _, i := range r.open {
+		rec := r.recs[i]
 		if rec.Ended != never || rec.Running != never {
 			continue
 		}
+		open = append(open, i)
 		bound, running := true, true
 		for _, pr := range rec.Pods {
 			bound = bound && pr.Bound != never
@@ -699,6 +709,7 @@ func (r *replayer) observe() {
 			rec.Bound = r.now
 		}
 		if running {
+			open = open[:len(open)-1]
 			rec.Running = r.now
 			rec.started(r.p.Workload.TimeModel, r.info)
 			if rec.SplitRails {

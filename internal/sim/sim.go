@@ -293,6 +293,7 @@ type podRecord struct {
 	// workload time.
 	BindLatency, RunLatency time.Duration
 	assignment              kubeletsim.Assignment
+	observedRaw             string // the annotation Observed was parsed from
 }
 
 // started fills a Running job's level and runtime from what the kubelets
