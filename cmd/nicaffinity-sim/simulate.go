@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -190,11 +191,13 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 		if len(scs) > 1 {
 			fmt.Fprintf(progress, "scenario %s\n", o.scenarios[i])
 		}
+		started := time.Now()
 		results, err := o.runAll(ctx, plans, cols, parallel, progress)
 		if err != nil {
 			return err
 		}
 		rep := sim.NewReport(plans[0], cols)
+		rep.Replay = o.replayStats(plans, cols, time.Since(started))
 		for k, plan := range plans {
 			if err := rep.Add(plan, results[k]); err != nil {
 				return err
@@ -232,6 +235,20 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 		}
 	}
 	return nil
+}
+
+// replayStats says how long a scenario's replays took and at what rate.
+func (o *simulateOptions) replayStats(plans []*sim.Plan, cols []sim.Column, took time.Duration) *sim.ReplayStats {
+	pods := 0
+	for _, p := range plans {
+		pods += p.Pods() * len(cols)
+	}
+	api := "in-memory"
+	if o.apiServer {
+		api = "kube-apiserver"
+	}
+	secs := took.Seconds()
+	return &sim.ReplayStats{API: api, Seconds: math.Round(secs*10) / 10, Pods: pods, PodsPerSecond: math.Round(float64(pods) / max(secs, 0.001))}
 }
 
 // prepare makes every scenario's plans and picks each scenario's own

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -145,5 +146,22 @@ func TestTraceSaysLoadAndMaxWait(t *testing.T) {
 		if got := strings.Contains(out, "times what the cluster's"); got != tc.wantHeavy {
 			t.Errorf("%s: load warning %v, want %v (progress %q)", tc.trace, got, tc.wantHeavy, out)
 		}
+	}
+}
+
+// TestReportSaysReplaySpeed: the report says how many pods it replayed,
+// in how long and on which API, apart from the workload's figures.
+func TestReportSaysReplaySpeed(t *testing.T) {
+	cmd := newRootCommand()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs([]string{"simulate", "--scenario", "default", "--runs", "1", "--columns", "default-scheduler"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	// The default scenario's first seed: 64 single-pod jobs, one column.
+	if !regexp.MustCompile(`Replayed 64 pods in \d+ s on the in-memory API, \d+ pods a second`).MatchString(out.String()) {
+		t.Errorf("the report does not say how fast it replayed:\n%s", out.String())
 	}
 }

@@ -96,6 +96,9 @@ func (rep *Report) Format(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "\n%s\n", rep.Verdict)
+	if r := rep.Replay; r != nil {
+		fmt.Fprintf(w, "\nReplayed %d pods in %.0f s on the %s API, %.0f pods a second (wall clock: the machine's speed, not the workload's).\n", r.Pods, r.Seconds, r.API, r.PodsPerSecond)
+	}
 }
 
 // header is the report's first line: the cluster, the work and the clock.

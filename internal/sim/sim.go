@@ -207,6 +207,15 @@ func (p *Plan) Bound() Bound { return p.bound }
 // Jobs is the number of jobs.
 func (p *Plan) Jobs() int { return len(p.jobs) }
 
+// Pods is how many pods one column's replay creates.
+func (p *Plan) Pods() int {
+	n := 0
+	for _, j := range p.jobs {
+		n += max(1, j.Pods)
+	}
+	return n
+}
+
 // MultiPodJobs is the number of jobs of more than one pod: without them,
 // a Gang column places every pod as the same column without Gang does.
 func (p *Plan) MultiPodJobs() int {

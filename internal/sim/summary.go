@@ -24,6 +24,18 @@ type Report struct {
 	Runs    [][]Result      `json:"runs"`
 	Summary []ColumnSummary `json:"summary"`
 	Verdict string          `json:"verdict"`
+	// Replay is how long the replays took on the wall clock: about the
+	// machine, never a figure of the workload (nil when not measured).
+	Replay *ReplayStats `json:"replay,omitempty"`
+}
+
+// ReplayStats is a report's replays on the wall clock.
+type ReplayStats struct {
+	// API is what the replays ran on: "in-memory" or "kube-apiserver".
+	API           string  `json:"api"`
+	Seconds       float64 `json:"seconds"`
+	Pods          int     `json:"pods"`
+	PodsPerSecond float64 `json:"podsPerSecond"`
 }
 
 // NewReport starts a report of a cluster and the columns it compares.
