@@ -31,6 +31,8 @@ type simulateOptions struct {
 	runs, parallel                    int
 	columns                           []string
 	dra, apiServer                    bool
+	shard                             string
+	merge                             bool
 }
 
 // defaultRuns is make demo's three seeds: enough for a median and a range.
@@ -41,8 +43,9 @@ func newSimulateCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "simulate",
 		Short: "Replay a GPU workload on a simulated cluster with and without nicaffinity",
-		Long: `Start an in-process control plane (kube-apiserver, etcd), simulated GPU
-nodes with the real topology exporter, and the real scheduler; replay the same
+		Long: `Start an in-memory Kubernetes API (--apiserver: a real kube-apiserver
+and etcd in-process), simulated GPU nodes with the real topology exporter,
+and the real scheduler; replay the same
 workload through nicaffinity's policies (bounded, the default, required and
 preferred, with the allocation proxy; required as advice to the device plugin
 alone; where jobs have several pods, bounded with each job a gang on its
@@ -73,9 +76,19 @@ jobs make: nicaffinity's generated templates (GPUs that have an aligned NIC
 with every NIC, shared; GPUs apart from NICs first for jobs without one), a
 GPU-NIC pair per GPU matched on pcieRoot, and GPUs with a NIC, nothing
 matched. Pools of NCCL topologies (which name no PCIe root complexes) are
-left out of the bundled scenarios' clusters.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+left out of the bundled scenarios' clusters.
+
+A replay's columns and seeds are independent: --shard I/N runs every N-th
+of them, from the I-th (0-based), and prints their results as a shard file
+(JSON); --merge FILES... reads the N shard files of one set of flags and
+prints the report one process would have (docs/simulate.md, Shards).`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.merge {
+				return o.mergeShards(args, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
+			if len(args) > 0 {
+				return fmt.Errorf("unexpected arguments %q (only --merge takes files)", args)
+			}
 			if o.trace != "" && !cmd.Flags().Changed("runs") {
 				o.runs = 1 // a trace is one job list: seeds change nothing
 			}
@@ -95,6 +108,8 @@ left out of the bundled scenarios' clusters.`,
 	f.StringVar(&o.alignmentWait, "alignment-wait", "", "the bounded columns' wait for aligned GPUs (nicaffinity.io/alignment-wait on every pod; default: the plugin's alignmentWait)")
 	f.StringSliceVar(&o.scenarios, "scenario", []string{"default"}, "bundled cluster and workload: "+strings.Join(slices.Sorted(maps.Keys(sim.Scenarios)), ", ")+" (--cluster and --workload replace its parts); several, comma-separated, make one report each, in that order")
 	f.BoolVar(&o.apiServer, "apiserver", false, "replay on a real kube-apiserver and etcd (the reference) instead of the in-memory API; DRA columns always do")
+	f.StringVar(&o.shard, "shard", "", "run one share I/N of the replays (every N-th column and seed from the I-th, 0-based) and print a shard file for --merge")
+	f.BoolVar(&o.merge, "merge", false, "merge the shard files given as arguments into one report")
 	f.BoolVar(&o.dra, "dra", false, "a DRA cluster: compare how jobs claim GPUs and NICs (docs/dra.md)")
 	return cmd
 }
@@ -182,6 +197,12 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 		return err
 	}
 	defer stopProfile()
+	share, err := parseShard(o.shard)
+	if err != nil {
+		return err
+	}
+	results := make([][][]sim.Result, len(all))
+	task := 0
 	for i, plans := range all {
 		cols := allCols[i]
 		parallel := o.parallel
@@ -191,32 +212,55 @@ func (o *simulateOptions) run(ctx context.Context, out, progress io.Writer) erro
 		if len(scs) > 1 {
 			fmt.Fprintf(progress, "scenario %s\n", o.scenarios[i])
 		}
+		first := task
+		task += len(plans) * len(cols)
 		started := time.Now()
-		results, err := o.runAll(ctx, plans, cols, parallel, progress)
+		rs, err := o.runAll(ctx, plans, cols, parallel, progress, func(plan, col int) bool { return share.takes(first + plan*len(cols) + col) })
 		if err != nil {
 			return err
 		}
-		rep := sim.NewReport(plans[0], cols)
-		rep.Replay = o.replayStats(plans, cols, time.Since(started))
-		for k, plan := range plans {
-			if err := rep.Add(plan, results[k]); err != nil {
+		results[i] = rs
+		if share.of == 0 {
+			rep, err := o.buildReport(plans, cols, rs, i, len(scs) > 1, progress)
+			if err != nil {
 				return err
 			}
+			rep.Replay = o.replayStats(plans, cols, time.Since(started))
+			reports = append(reports, rep)
 		}
-		rep.Finish()
-		if o.report != "" {
-			dir := o.report
-			if len(scs) > 1 {
-				dir = filepath.Join(o.report, o.scenarios[i])
-			}
-			path, err := rep.WriteHTML(dir)
-			if err != nil {
-				return fmt.Errorf("--report %s: %w", dir, err)
-			}
-			fmt.Fprintf(progress, "report: %s\n", path)
-		}
-		reports = append(reports, rep)
 	}
+	if share.of > 0 {
+		return o.writeShard(out, share, all, allCols, results)
+	}
+	return o.printReports(out, reports)
+}
+
+// buildReport makes scenario i's report from its results and writes its
+// HTML when asked.
+func (o *simulateOptions) buildReport(plans []*sim.Plan, cols []sim.Column, results [][]sim.Result, i int, several bool, progress io.Writer) (*sim.Report, error) {
+	rep := sim.NewReport(plans[0], cols)
+	for k, plan := range plans {
+		if err := rep.Add(plan, results[k]); err != nil {
+			return nil, err
+		}
+	}
+	rep.Finish()
+	if o.report != "" {
+		dir := o.report
+		if several {
+			dir = filepath.Join(o.report, o.scenarios[i])
+		}
+		path, err := rep.WriteHTML(dir)
+		if err != nil {
+			return nil, fmt.Errorf("--report %s: %w", dir, err)
+		}
+		fmt.Fprintf(progress, "report: %s\n", path)
+	}
+	return rep, nil
+}
+
+// printReports prints the reports as --output asks.
+func (o *simulateOptions) printReports(out io.Writer, reports []*sim.Report) error {
 	if o.output == "json" {
 		if len(reports) == 1 {
 			return reports[0].JSON(out)
@@ -362,7 +406,7 @@ const maxParallel = 16
 // returns the results per plan in column order. Replays run on virtual
 // time, so running several at once changes how long they take, never what
 // they report.
-func (o *simulateOptions) runAll(ctx context.Context, plans []*sim.Plan, cols []sim.Column, parallel int, progress io.Writer) ([][]sim.Result, error) {
+func (o *simulateOptions) runAll(ctx context.Context, plans []*sim.Plan, cols []sim.Column, parallel int, progress io.Writer, take func(plan, col int) bool) ([][]sim.Result, error) {
 	type task struct{ plan, col int }
 	var tasks []task
 	for i := range plans {
@@ -372,7 +416,9 @@ func (o *simulateOptions) runAll(ctx context.Context, plans []*sim.Plan, cols []
 			if i%2 == 1 {
 				k = len(cols) - 1 - k
 			}
-			tasks = append(tasks, task{i, k})
+			if take(i, k) {
+				tasks = append(tasks, task{i, k})
+			}
 		}
 	}
 	results := make([][]sim.Result, len(plans))
