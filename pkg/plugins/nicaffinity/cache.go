@@ -2,6 +2,7 @@ package nicaffinity
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -43,8 +44,11 @@ import (
 //     its Node is deleted, so a cluster that replaces nodes does not grow
 //     the cache.
 type Cache struct {
-	mu      sync.Mutex
-	nodes   map[string]*nodeEntry
+	mu    sync.Mutex
+	nodes map[string]*nodeEntry
+	// handled are the object versions the feed has finished with, its
+	// requeue of turned-down pods included (versions).
+	handled map[string]string
 	podNode map[types.UID]string
 	cells   *cellMap
 	// spread tells PreScore when every node scores alike (spread.go).
@@ -146,13 +150,14 @@ func NewStaticCache(args *Args, objs ...*v1alpha2.NodeResourceTopology) *Cache {
 	for _, o := range objs {
 		compiled, err := nrt.Compile(o, args.GPUResourceName)
 		c.set(o.Name, o.ResourceVersion, compiled, err, nil)
+		c.markHandled(o.Name, o.ResourceVersion)
 	}
 	return c
 }
 
 // newCache is an empty cache.
 func newCache(cfg storeConfig) *Cache {
-	c := &Cache{nodes: map[string]*nodeEntry{}, podNode: map[types.UID]string{}, cells: newCellMap(), timeout: cfg.timeout, maxAge: cfg.maxAge, now: time.Now,
+	c := &Cache{nodes: map[string]*nodeEntry{}, handled: map[string]string{}, podNode: map[types.UID]string{}, cells: newCellMap(), timeout: cfg.timeout, maxAge: cfg.maxAge, now: time.Now,
 		gpuResource: cfg.gpuResource, metrics: newProfileMetrics(cfg.profile), scoring: cfg.scoring, jobs: newJobRails(), railNodes: map[string]int{}}
 	c.vfIndex.Store(&vfNodeIndex{})
 	c.skip.li, c.skip.staleRejects, c.skip.raced = -1, cfg.staleRejects, map[types.UID]struct{}{}
@@ -359,6 +364,7 @@ func (c *Cache) dropCounted(e *nodeEntry, counted map[types.UID]bool) {
 func (c *Cache) remove(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	delete(c.handled, node)
 	e, ok := c.nodes[node]
 	if !ok {
 		return
@@ -630,13 +636,21 @@ func (c *Cache) confirm(node, fingerprint string, counted map[types.UID]bool) {
 func (c *Cache) versions() map[string]string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]string, len(c.nodes))
-	for node, e := range c.nodes {
-		if e.rv != "" {
-			out[node] = e.rv
-		}
+	return maps.Clone(c.handled)
+}
+
+// markHandled records that the feed is done with node's object at rv:
+// stored, and the pods it may make room for requeued. A harness that
+// waits for the plugin to hold a version (versions) must not see it
+// between the two, or it could call a moment settled before the requeue.
+func (c *Cache) markHandled(node, rv string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.nodes[node]; !ok {
+		delete(c.handled, node)
+		return
 	}
-	return out
+	c.handled[node] = rv
 }
 
 // compiledFingerprint is the pod-set fingerprint of node's compiled

@@ -389,6 +389,7 @@ func (f *informerFeed) update(obj interface{}) {
 	if err != nil {
 		klog.InfoS("NodeResourceTopology cannot be read; the node counts as topology unknown", "node", u.GetName(), "err", err)
 		c.set(u.GetName(), u.GetResourceVersion(), nil, err, nil)
+		c.markHandled(u.GetName(), u.GetResourceVersion())
 		return
 	}
 	f.observe(o)
@@ -423,6 +424,7 @@ func (f *informerFeed) observe(o *v1alpha2.NodeResourceTopology) {
 			f.turnedDown.roomFor(v.Free.Count())
 		}
 	}
+	c.markHandled(o.Name, o.ResourceVersion)
 }
 
 // podsOn is the set of pods the scheduler sees on a node: its pod-set

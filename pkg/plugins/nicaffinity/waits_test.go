@@ -229,9 +229,20 @@ func TestQueueingHints(t *testing.T) {
 	if diff := cmp.Diff(before, pl.cache.versions()); diff != "" {
 		t.Errorf("the hint changed the store (-want,+got):\n%s", diff)
 	}
+	// A harness that waits for the plugin to hold the version (the
+	// simulator's settle) must not see it before the requeue: it would
+	// call the moment settled with the pod still parked.
+	var heldAtRequeue string
+	pl.waits.activate = func(pods map[string]*v1.Pod) {
+		heldAtRequeue = pl.cache.versions()["misaligned"]
+		*activated = append(*activated, slices.Sorted(maps.Keys(pods)))
+	}
 	pl.feed.update(u)
 	if diff := cmp.Diff([][]string{{"default/two"}}, *activated); diff != "" {
 		t.Errorf("the informer's requeue: 3 GPUs free (-want,+got):\n%s", diff)
+	}
+	if heldAtRequeue == "42" || pl.cache.versions()["misaligned"] != "42" {
+		t.Errorf("the plugin said it held version 42 at the requeue (%q) or not after it (%q)", heldAtRequeue, pl.cache.versions()["misaligned"])
 	}
 	if h, err := pl.isSchedulableAfterNRTChange(logger, two, nil, u); err != nil || h != fwk.Queue {
 		t.Errorf("2-GPU pod, 3 free: %v %v, want Queue", h, err)
