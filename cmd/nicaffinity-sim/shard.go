@@ -107,48 +107,9 @@ func (o *simulateOptions) mergeShards(files []string, out, progress io.Writer) e
 	if o.output != "text" && o.output != "json" {
 		return fmt.Errorf("--output %q: want text or json", o.output)
 	}
-	var shards []shardFile
-	for _, name := range files {
-		b, err := readCapped(name, maxShardFile)
-		if err != nil {
-			return fmt.Errorf("--merge: %w", err)
-		}
-		var f shardFile
-		if err := json.Unmarshal(b, &f); err != nil {
-			return fmt.Errorf("--merge: %s: not a shard file: %v", name, err)
-		}
-		if f.Format != shardFormat {
-			return fmt.Errorf("--merge: %s: format %q, want %q", name, f.Format, shardFormat)
-		}
-		if len(shards) > 0 {
-			first := shards[0]
-			if f.Of != first.Of {
-				return fmt.Errorf("--merge: %s is shard %d of %d, %s of %d", name, f.Shard, f.Of, files[0], first.Of)
-			}
-			if a, b := fmt.Sprintf("%+v", f.Flags), fmt.Sprintf("%+v", first.Flags); a != b {
-				return fmt.Errorf("--merge: %s ran with other flags than %s (%s, against %s)", name, files[0], a, b)
-			}
-		}
-		shards = append(shards, f)
-	}
-	seen := map[int]string{}
-	for i, f := range shards {
-		if f.Shard < 0 || f.Shard >= f.Of {
-			return fmt.Errorf("--merge: %s: shard %d of %d", files[i], f.Shard, f.Of)
-		}
-		if other, dup := seen[f.Shard]; dup {
-			return fmt.Errorf("--merge: %s and %s are both shard %d", other, files[i], f.Shard)
-		}
-		seen[f.Shard] = files[i]
-	}
-	if of := shards[0].Of; len(seen) != of {
-		var missing []string
-		for i := range of {
-			if _, ok := seen[i]; !ok {
-				missing = append(missing, strconv.Itoa(i))
-			}
-		}
-		return fmt.Errorf("--merge: shards %s of %d are missing", strings.Join(missing, ", "), of)
+	shards, err := readShards(files)
+	if err != nil {
+		return err
 	}
 	fl := shards[0].Flags
 	if fl.Runs < 1 || fl.Runs > maxRuns || len(fl.Scenarios) == 0 {
@@ -169,6 +130,73 @@ func (o *simulateOptions) mergeShards(files []string, out, progress io.Writer) e
 	if err != nil {
 		return fmt.Errorf("--merge: preparing the shards' plans again: %w", err)
 	}
+	results, err := fillResults(files, shards, all, allCols)
+	if err != nil {
+		return err
+	}
+	var reports []*sim.Report
+	for i, plans := range all {
+		rep, err := m.buildReport(plans, allCols[i], results[i], i, len(all) > 1, progress)
+		if err != nil {
+			return err
+		}
+		reports = append(reports, rep)
+	}
+	return m.printReports(out, reports)
+}
+
+// readShards reads and checks the shard files: one format, one set of
+// flags, one N, every share once.
+func readShards(files []string) ([]shardFile, error) {
+	var shards []shardFile
+	for _, name := range files {
+		b, err := readCapped(name, maxShardFile)
+		if err != nil {
+			return nil, fmt.Errorf("--merge: %w", err)
+		}
+		var f shardFile
+		if err := json.Unmarshal(b, &f); err != nil {
+			return nil, fmt.Errorf("--merge: %s: not a shard file: %v", name, err)
+		}
+		if f.Format != shardFormat {
+			return nil, fmt.Errorf("--merge: %s: format %q, want %q", name, f.Format, shardFormat)
+		}
+		if len(shards) > 0 {
+			first := shards[0]
+			if f.Of != first.Of {
+				return nil, fmt.Errorf("--merge: %s is shard %d of %d, %s of %d", name, f.Shard, f.Of, files[0], first.Of)
+			}
+			if a, b := fmt.Sprintf("%+v", f.Flags), fmt.Sprintf("%+v", first.Flags); a != b {
+				return nil, fmt.Errorf("--merge: %s ran with other flags than %s (%s, against %s)", name, files[0], a, b)
+			}
+		}
+		shards = append(shards, f)
+	}
+	seen := map[int]string{}
+	for i, f := range shards {
+		if f.Shard < 0 || f.Shard >= f.Of {
+			return nil, fmt.Errorf("--merge: %s: shard %d of %d", files[i], f.Shard, f.Of)
+		}
+		if other, dup := seen[f.Shard]; dup {
+			return nil, fmt.Errorf("--merge: %s and %s are both shard %d", other, files[i], f.Shard)
+		}
+		seen[f.Shard] = files[i]
+	}
+	if of := shards[0].Of; len(seen) != of {
+		var missing []string
+		for i := range of {
+			if _, ok := seen[i]; !ok {
+				missing = append(missing, strconv.Itoa(i))
+			}
+		}
+		return nil, fmt.Errorf("--merge: shards %s of %d are missing", strings.Join(missing, ", "), of)
+	}
+	return shards, nil
+}
+
+// fillResults places every shard's results by scenario, run and column,
+// refusing one the flags do not make, one given twice and one missing.
+func fillResults(files []string, shards []shardFile, all [][]*sim.Plan, allCols [][]sim.Column) ([][][]sim.Result, error) {
 	results := make([][][]sim.Result, len(all))
 	filled := make([][][]bool, len(all))
 	for i, plans := range all {
@@ -182,29 +210,23 @@ func (o *simulateOptions) mergeShards(files []string, out, progress io.Writer) e
 	for i, f := range shards {
 		for _, r := range f.Results {
 			if r.Scenario < 0 || r.Scenario >= len(all) || r.Run < 0 || r.Run >= len(all[r.Scenario]) || r.Column < 0 || r.Column >= len(allCols[r.Scenario]) {
-				return fmt.Errorf("--merge: %s: a result for scenario %d, run %d, column %d, which the flags do not make", files[i], r.Scenario, r.Run, r.Column)
+				return nil, fmt.Errorf("--merge: %s: a result for scenario %d, run %d, column %d, which the flags do not make", files[i], r.Scenario, r.Run, r.Column)
 			}
 			if filled[r.Scenario][r.Run][r.Column] {
-				return fmt.Errorf("--merge: %s: scenario %d, run %d, column %d twice", files[i], r.Scenario, r.Run, r.Column)
+				return nil, fmt.Errorf("--merge: %s: scenario %d, run %d, column %d twice", files[i], r.Scenario, r.Run, r.Column)
 			}
 			if got, want := r.Result.Column.Name, allCols[r.Scenario][r.Column].Name; got != want {
-				return fmt.Errorf("--merge: %s: column %d is %q, the flags make %q", files[i], r.Column, got, want)
+				return nil, fmt.Errorf("--merge: %s: column %d is %q, the flags make %q", files[i], r.Column, got, want)
 			}
 			results[r.Scenario][r.Run][r.Column], filled[r.Scenario][r.Run][r.Column] = r.Result, true
 		}
 	}
-	var reports []*sim.Report
 	for i, plans := range all {
 		for k := range plans {
 			if j := slices.Index(filled[i][k], false); j >= 0 {
-				return fmt.Errorf("--merge: no shard holds scenario %s, run %d, column %s", m.scenarios[i], k, allCols[i][j].Name)
+				return nil, fmt.Errorf("--merge: no shard holds scenario %d, run %d, column %s", i, k, allCols[i][j].Name)
 			}
 		}
-		rep, err := m.buildReport(plans, allCols[i], results[i], i, len(all) > 1, progress)
-		if err != nil {
-			return err
-		}
-		reports = append(reports, rep)
 	}
-	return m.printReports(out, reports)
+	return results, nil
 }
