@@ -408,15 +408,25 @@ func Run(ctx context.Context, p *Plan, col Column, o RunOptions) (Result, error)
 	return res, nil
 }
 
-// enableWorkloads turns on GenericWorkload in this process, as the shipped
-// scheduler runs (--feature-gates=GenericWorkload=true): kube-scheduler
-// reads its gates from the process-wide registry, and every column's
-// scheduler runs with it, so that only the pods (PodGroups or plain) tell
-// the columns apart.
+// enableWorkloads sets the replays' feature gates in this process:
+// kube-scheduler reads its gates from the process-wide registry, and every
+// column's scheduler runs with them, so that only the pods (PodGroups or
+// plain) tell the columns apart.
+//
+//   - GenericWorkload on, as the shipped scheduler runs
+//     (--feature-gates=GenericWorkload=true).
+//   - OpportunisticBatching off. With it, a pod whose signature matches the
+//     last one's may take that cycle's scores instead of its own, but only
+//     while they are younger than 500 ms of the wall clock (the
+//     framework's maxBatchAge): which pods reuse scores would depend on the
+//     machine's speed, and the replay's figures with it (large-scenario
+//     runs differed by it). Batching reuses scores to save time; on the
+//     virtual clock every pod is scored afresh.
 func enableWorkloads() {
 	workloadsOnce.Do(func() {
-		if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(map[string]bool{string(features.GenericWorkload): true}); err != nil {
-			panic(fmt.Sprintf("GenericWorkload: %v", err)) // a gate of the linked release: cannot fail
+		gates := map[string]bool{string(features.GenericWorkload): true, string(features.OpportunisticBatching): false}
+		if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(gates); err != nil {
+			panic(fmt.Sprintf("feature gates %v: %v", gates, err)) // gates of the linked release: cannot fail
 		}
 	})
 }
