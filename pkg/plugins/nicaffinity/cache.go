@@ -619,17 +619,19 @@ func (c *Cache) reserving(node string) bool {
 // object, still the one compiled, counts that pod set (fingerprint is the
 // set's): the object holds those pods. Reservations of other pods (not yet
 // seen bound) stay.
-func (c *Cache) confirm(node, fingerprint string, counted map[types.UID]bool) {
+func (c *Cache) confirm(node, fingerprint string, counted map[types.UID]bool) (rebuilt bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.nodes[node]
 	if !ok || e.compiled == nil || len(e.reserved)+len(e.released)+len(e.foreign) == 0 || e.compiled.Fingerprint == "" || e.compiled.Fingerprint != fingerprint {
-		return
+		return false
 	}
 	n := len(e.reserved) + len(e.released) + len(e.foreign)
 	if c.dropCounted(e, counted); len(e.reserved)+len(e.released)+len(e.foreign) != n {
 		c.rebuild(node)
+		return true
 	}
+	return false
 }
 
 // versions is the resourceVersion of each node's object in the cache.

@@ -365,7 +365,16 @@ func (f *informerFeed) recheck(obj interface{}) {
 	}
 	if fp := f.c.compiledFingerprint(p.Spec.NodeName); fp != "" {
 		fp, counted := f.podsOn(p.Spec.NodeName)
-		f.c.confirm(p.Spec.NodeName, fp, counted)
+		if f.c.confirm(p.Spec.NodeName, fp, counted) && f.turnedDown != nil {
+			// The object now counts what was held apart: the node's view
+			// may offer more than when the object came. Requeue as the
+			// object's arrival does (observe), or whether a turned-down pod
+			// is retried would follow which of the pod's event and the
+			// object's reached the plugin first.
+			if v, _ := usable(f.c.view(p.Spec.NodeName)); v != nil {
+				f.turnedDown.roomFor(v.Free.Count())
+			}
+		}
 	}
 }
 

@@ -4,10 +4,13 @@ package nicaffinity
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/k8stopologyawareschedwg/noderesourcetopology-api/pkg/apis/topology/v1alpha2"
 	"github.com/k8stopologyawareschedwg/podfingerprint"
 	v1 "k8s.io/api/core/v1"
@@ -19,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
 	"github.com/nicaffinity/nicaffinity/pkg/annotations"
@@ -1037,12 +1041,24 @@ func TestRecheckConfirmsOnPodEvents(t *testing.T) {
 	if err := pods.Add(p); err != nil {
 		t.Fatal(err)
 	}
+	// A 2-GPU pod turned down while the reservation held waits for room;
+	// the confirmation makes it, so the pod is requeued here, as the
+	// object's arrival would have requeued it had the pod's event come
+	// first.
+	var requeued []string
+	feed.turnedDown = newWaits(clock.RealClock{}, func(pods map[string]*v1.Pod) {
+		requeued = append(requeued, slices.Sorted(maps.Keys(pods))...)
+	})
+	feed.turnedDown.note(makePod("waiting", 2, nil), "", 2, 0)
 	feed.recheck(p)
 	if got := free(); got != 2 {
 		t.Errorf("after the pod event: %d free GPUs, want 2 (the object counts the pod; the reservation is confirmed)", got)
 	}
 	if st.holds("uid-p") {
 		t.Errorf("the reservation is still held")
+	}
+	if diff := cmp.Diff([]string{"default/waiting"}, requeued); diff != "" {
+		t.Errorf("pods requeued when the confirmation made room (-want,+got):\n%s", diff)
 	}
 }
 
