@@ -152,16 +152,12 @@ func TestTraceSaysLoadAndMaxWait(t *testing.T) {
 // TestReportSaysReplaySpeed: the report says how many pods it replayed,
 // in how long and on which API, apart from the workload's figures.
 func TestReportSaysReplaySpeed(t *testing.T) {
-	cmd := newRootCommand()
-	var out, errOut bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&errOut)
-	cmd.SetArgs([]string{"simulate", "--scenario", "default", "--runs", "1", "--columns", "default-scheduler"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatalf("%v\n%s", err, errOut.String())
+	out, err := simulate(t, "--scenario", "default", "--runs", "1", "--columns", "default-scheduler")
+	if err != nil {
+		t.Fatal(err)
 	}
 	// The default scenario's first seed: 64 single-pod jobs, one column.
-	if !regexp.MustCompile(`Replayed 64 pods in \d+ s on the in-memory API, \d+ pods a second`).MatchString(out.String()) {
-		t.Errorf("the report does not say how fast it replayed:\n%s", out.String())
+	if !regexp.MustCompile(`Replayed 64 pods in \d+ s on the in-memory API, \d+ pods a second`).MatchString(out) {
+		t.Errorf("the report does not say how fast it replayed:\n%s", out)
 	}
 }

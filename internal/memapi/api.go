@@ -96,9 +96,6 @@ func (a *API) Close() {
 	})
 }
 
-// Store is the object store.
-func (a *API) Store() *Store { return a.store }
-
 func (a *API) wire(f *k8stesting.Fake, unstructuredOut bool) {
 	f.PrependReactor("*", "*", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		obj, err := a.react(action, unstructuredOut)
@@ -144,49 +141,40 @@ func (a *API) Dynamic() dynamic.Interface {
 // react serves one call.
 func (a *API) react(action k8stesting.Action, unstructuredOut bool) (runtime.Object, error) {
 	gvr, ns := action.GetResource(), action.GetNamespace()
+	var obj runtime.Object
+	var err error
 	switch act := action.(type) {
 	case k8stesting.GetActionImpl:
-		obj, err := a.store.Get(gvr, ns, act.Name)
-		if err != nil {
-			return nil, err
-		}
-		return a.out(gvr, obj, unstructuredOut)
+		obj, err = a.store.Get(gvr, ns, act.Name)
 	case k8stesting.ListActionImpl:
 		return a.list(gvr, act, unstructuredOut)
 	case k8stesting.CreateActionImpl:
 		if isEvent(gvr) {
 			return act.Object, nil
 		}
-		obj, err := a.create(gvr, ns, act)
-		if err != nil {
-			return nil, err
-		}
-		return a.out(gvr, obj, unstructuredOut)
+		obj, err = a.create(gvr, ns, act)
 	case k8stesting.UpdateActionImpl:
 		if isEvent(gvr) {
 			return act.Object, nil
 		}
-		obj, err := a.Update(gvr, act.Subresource, act.Object)
-		if err != nil {
-			return nil, err
-		}
-		return a.out(gvr, obj, unstructuredOut)
+		obj, err = a.Update(gvr, act.Subresource, act.Object)
 	case k8stesting.PatchActionImpl:
 		if isEvent(gvr) {
 			return nil, apierrors.NewNotFound(gvr.GroupResource(), act.Name)
 		}
-		obj, err := a.patch(gvr, ns, act)
-		if err != nil {
-			return nil, err
-		}
-		return a.out(gvr, obj, unstructuredOut)
+		obj, err = a.patch(gvr, ns, act)
 	case k8stesting.DeleteActionImpl:
 		if isEvent(gvr) {
 			return nil, nil
 		}
 		return nil, a.Delete(gvr, ns, act.Name, act.DeleteOptions)
+	default:
+		return nil, apierrors.NewMethodNotSupported(gvr.GroupResource(), action.GetVerb())
 	}
-	return nil, apierrors.NewMethodNotSupported(gvr.GroupResource(), action.GetVerb())
+	if err != nil {
+		return nil, err
+	}
+	return a.out(gvr, obj, unstructuredOut)
 }
 
 // out is obj as a client receives it: with its kind for the dynamic

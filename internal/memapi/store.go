@@ -106,20 +106,11 @@ func (s *Store) Close() {
 	s.onNode = map[string]map[*watcher]struct{}{}
 }
 
-// ResourceVersion is the store's current resourceVersion.
-func (s *Store) ResourceVersion() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.rv
-}
-
-func groupResource(gvr schema.GroupVersionResource) schema.GroupResource { return gvr.GroupResource() }
-
 // get returns the stored object (shared: not to be changed) or NotFound.
 func (s *Store) get(k key) (runtime.Object, error) {
 	obj, ok := s.objects[k.gvr][k]
 	if !ok {
-		return nil, apierrors.NewNotFound(groupResource(k.gvr), k.name)
+		return nil, apierrors.NewNotFound(k.gvr.GroupResource(), k.name)
 	}
 	return obj, nil
 }
@@ -193,7 +184,7 @@ func (s *Store) create(gvr schema.GroupVersionResource, obj runtime.Object) (run
 	}
 	k := key{gvr, m.GetNamespace(), m.GetName()}
 	if _, ok := s.objects[gvr][k]; ok {
-		return nil, apierrors.NewAlreadyExists(groupResource(gvr), m.GetName())
+		return nil, apierrors.NewAlreadyExists(gvr.GroupResource(), m.GetName())
 	}
 	m.SetUID(uuid.NewUUID())
 	m.SetCreationTimestamp(metav1.NewTime(s.now()))
@@ -222,7 +213,7 @@ func (s *Store) update(k key, next func(cur runtime.Object) (runtime.Object, err
 	}
 	cm, _ := meta.Accessor(cur)
 	if rv := m.GetResourceVersion(); rv != "" && rv != cm.GetResourceVersion() {
-		return nil, apierrors.NewConflict(groupResource(k.gvr), k.name,
+		return nil, apierrors.NewConflict(k.gvr.GroupResource(), k.name,
 			fmt.Errorf("the object has been modified; please apply your changes to the latest version and try again"))
 	}
 	if m.GetName() != k.name || (m.GetNamespace() != "" && m.GetNamespace() != k.namespace) {
